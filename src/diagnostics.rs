@@ -1,0 +1,122 @@
+//! Diagnostics: what went wrong with which object and field, collected instead of aborting.
+//!
+//! Bad cluster input never stops the pipeline. Each stage records a [`Diagnostic`] naming the
+//! object and the field, drops just that setting or object, and carries on.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::objects::ObjectRef;
+
+/// How serious a diagnostic is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something was ignored or defaulted; output is still complete.
+    Warning,
+    /// A setting or object was dropped.
+    Error,
+}
+
+/// Where a diagnostic points: a Kubernetes object, a manifest document, or a script/template.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Subject {
+    /// A Kubernetes object.
+    Object(ObjectRef),
+    /// A document in a manifest file (1-based document index).
+    Document { file: String, index: usize },
+    /// A policy script or template.
+    Source { file: String },
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Object(o) => write!(f, "{o}"),
+            Subject::Document { file, index } => write!(f, "{file} (document {index})"),
+            Subject::Source { file } => write!(f, "{file}"),
+        }
+    }
+}
+
+/// One problem found in the input.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    pub subject: Subject,
+    /// The field or annotation concerned, e.g. `annotation haproxy.org/timeout-server`.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = match self.severity {
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        };
+        write!(f, "{level}: {}", self.subject)?;
+        if let Some(field) = &self.field {
+            write!(f, ": {field}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// An append-only list of diagnostics, sorted and de-duplicated on output so that the same
+/// inputs always report the same lines.
+#[derive(Debug, Default, Clone)]
+pub struct Diagnostics {
+    items: Vec<Diagnostic>,
+}
+
+impl Diagnostics {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, d: Diagnostic) {
+        self.items.push(d);
+    }
+
+    /// Records a problem with one field of one object.
+    pub fn object(
+        &mut self,
+        severity: Severity,
+        object: &ObjectRef,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.push(Diagnostic {
+            severity,
+            subject: Subject::Object(object.clone()),
+            field: Some(field.into()),
+            message: message.into(),
+        });
+    }
+
+    pub fn extend(&mut self, other: Diagnostics) {
+        self.items.extend(other.items);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The diagnostics in a deterministic order, without duplicates.
+    pub fn into_sorted(mut self) -> Vec<Diagnostic> {
+        self.items.sort();
+        self.items.dedup();
+        self.items
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
+        self.items.iter()
+    }
+}

@@ -1,0 +1,400 @@
+//! The Kubernetes objects Portcullis reads, parsed from JSON values into typed objects.
+//!
+//! Both sources (a directory of manifests, the Kubernetes API) produce [`Object`]s. Names and
+//! namespaces are validated here, once, because they later become parts of backend names and
+//! file names.
+
+use std::fmt;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+/// API group and version of the TCP custom resource (shared with the incumbent controller).
+pub const TCP_API_VERSION: &str = "ingress.v3.haproxy.org/v3";
+
+/// The kinds of object the store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Kind {
+    Ingress,
+    IngressClass,
+    Service,
+    EndpointSlice,
+    Secret,
+    ConfigMap,
+    Pod,
+    #[serde(rename = "TCP")]
+    Tcp,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ingress => "Ingress",
+            Kind::IngressClass => "IngressClass",
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+            Kind::Secret => "Secret",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Pod => "Pod",
+            Kind::Tcp => "TCP",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        !matches!(self, Kind::IngressClass)
+    }
+}
+
+/// A namespace/name pair; the namespace is empty for cluster-scoped objects.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Key {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// Parses `NAMESPACE/NAME` as given on the command line.
+    pub fn parse_namespaced(s: &str) -> Result<Self, String> {
+        let (ns, name) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not of the form NAMESPACE/NAME"))?;
+        validate_dns_label(ns).map_err(|e| format!("namespace in {s:?}: {e}"))?;
+        validate_dns_subdomain(name).map_err(|e| format!("name in {s:?}: {e}"))?;
+        Ok(Self::new(ns, name))
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}", self.name)
+        } else {
+            write!(f, "{}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// Names an object in messages: `Ingress default/web`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(kind: Kind, key: &Key) -> Self {
+        Self {
+            kind,
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind.as_str(), self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+        }
+    }
+}
+
+/// The TCP custom resource: a list of TCP services, each a frontend with binds and a target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tcp {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: Vec<TcpService>,
+}
+
+/// One entry of a TCP resource's `spec`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpService {
+    pub name: String,
+    pub frontend: TcpFrontend,
+    pub service: TcpTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpFrontend {
+    pub name: String,
+    #[serde(default)]
+    pub tcplog: Option<bool>,
+    #[serde(default)]
+    pub binds: Vec<TcpBind>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpBind {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub address: Option<String>,
+    pub port: u16,
+    #[serde(default)]
+    pub ssl: Option<bool>,
+    #[serde(default)]
+    pub ssl_certificate: Option<String>,
+    #[serde(default)]
+    pub alpn: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TcpTarget {
+    pub name: String,
+    pub port: u16,
+}
+
+/// A typed object of one of the watched kinds. Objects are shared, never mutated.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Ingress(Arc<Ingress>),
+    IngressClass(Arc<IngressClass>),
+    Service(Arc<Service>),
+    EndpointSlice(Arc<EndpointSlice>),
+    Secret(Arc<Secret>),
+    ConfigMap(Arc<ConfigMap>),
+    Pod(Arc<Pod>),
+    Tcp(Arc<Tcp>),
+}
+
+/// Why a document could not become an [`Object`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ParseError {
+    #[error("missing field {0}")]
+    MissingField(&'static str),
+    #[error("{kind} {name:?}: {field}: {reason}")]
+    InvalidName {
+        kind: &'static str,
+        name: String,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("{kind}: {reason}")]
+    Decode { kind: &'static str, reason: String },
+    /// A kind Portcullis does not read; callers skip these quietly.
+    #[error("kind {0} is not read by Portcullis")]
+    UnsupportedKind(String),
+}
+
+impl Object {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Object::Ingress(_) => Kind::Ingress,
+            Object::IngressClass(_) => Kind::IngressClass,
+            Object::Service(_) => Kind::Service,
+            Object::EndpointSlice(_) => Kind::EndpointSlice,
+            Object::Secret(_) => Kind::Secret,
+            Object::ConfigMap(_) => Kind::ConfigMap,
+            Object::Pod(_) => Kind::Pod,
+            Object::Tcp(_) => Kind::Tcp,
+        }
+    }
+
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Object::Ingress(o) => &o.metadata,
+            Object::IngressClass(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::EndpointSlice(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
+            Object::Tcp(o) => &o.metadata,
+        }
+    }
+
+    pub fn key(&self) -> Key {
+        let m = self.metadata();
+        Key::new(
+            m.namespace.clone().unwrap_or_default(),
+            m.name.clone().unwrap_or_default(),
+        )
+    }
+
+    pub fn object_ref(&self) -> ObjectRef {
+        ObjectRef::new(self.kind(), &self.key())
+    }
+
+    /// Parses one decoded manifest document. Namespaced objects without a namespace are put in
+    /// `default`, as kubectl does. Names are validated here so that nothing downstream has to.
+    pub fn from_value(value: serde_json::Value) -> Result<Object, ParseError> {
+        let api_version = value
+            .get("apiVersion")
+            .and_then(|v| v.as_str())
+            .ok_or(ParseError::MissingField("apiVersion"))?
+            .to_string();
+        let kind = value
+            .get("kind")
+            .and_then(|v| v.as_str())
+            .ok_or(ParseError::MissingField("kind"))?
+            .to_string();
+        let mut object = match (api_version.as_str(), kind.as_str()) {
+            ("networking.k8s.io/v1", "Ingress") => Object::Ingress(decode(value, "Ingress")?),
+            ("networking.k8s.io/v1", "IngressClass") => {
+                Object::IngressClass(decode(value, "IngressClass")?)
+            }
+            ("v1", "Service") => Object::Service(decode(value, "Service")?),
+            ("discovery.k8s.io/v1", "EndpointSlice") => {
+                Object::EndpointSlice(decode(value, "EndpointSlice")?)
+            }
+            ("v1", "Secret") => Object::Secret(decode(value, "Secret")?),
+            ("v1", "ConfigMap") => Object::ConfigMap(decode(value, "ConfigMap")?),
+            ("v1", "Pod") => Object::Pod(decode(value, "Pod")?),
+            (TCP_API_VERSION, "TCP") => Object::Tcp(decode(value, "TCP")?),
+            _ => return Err(ParseError::UnsupportedKind(format!("{api_version}/{kind}"))),
+        };
+        object.normalize()?;
+        Ok(object)
+    }
+
+    /// Fills in the default namespace, strips managed fields and validates names.
+    fn normalize(&mut self) -> Result<(), ParseError> {
+        let kind = self.kind();
+        let meta = match self {
+            Object::Ingress(o) => &mut Arc::make_mut(o).metadata,
+            Object::IngressClass(o) => &mut Arc::make_mut(o).metadata,
+            Object::Service(o) => &mut Arc::make_mut(o).metadata,
+            Object::EndpointSlice(o) => &mut Arc::make_mut(o).metadata,
+            Object::Secret(o) => &mut Arc::make_mut(o).metadata,
+            Object::ConfigMap(o) => &mut Arc::make_mut(o).metadata,
+            Object::Pod(o) => &mut Arc::make_mut(o).metadata,
+            Object::Tcp(o) => &mut Arc::make_mut(o).metadata,
+        };
+        meta.managed_fields = None;
+        let name = meta
+            .name
+            .clone()
+            .ok_or(ParseError::MissingField("metadata.name"))?;
+        let invalid = |field: &'static str, reason: String| ParseError::InvalidName {
+            kind: kind.as_str(),
+            name: name.clone(),
+            field,
+            reason,
+        };
+        // Service names become part of backend names: they must be DNS-1035 labels, as the
+        // API server enforces. Other names are DNS-1123 subdomains.
+        match kind {
+            Kind::Service => validate_dns_label(&name),
+            _ => validate_dns_subdomain(&name),
+        }
+        .map_err(|e| invalid("metadata.name", e))?;
+        if kind.namespaced() {
+            let ns = meta.namespace.get_or_insert_with(|| "default".to_string());
+            validate_dns_label(ns).map_err(|e| invalid("metadata.namespace", e))?;
+        } else {
+            meta.namespace = None;
+        }
+        Ok(())
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    kind: &'static str,
+) -> Result<Arc<T>, ParseError> {
+    serde_json::from_value(value)
+        .map(Arc::new)
+        .map_err(|e| ParseError::Decode {
+            kind,
+            reason: e.to_string(),
+        })
+}
+
+/// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
+pub fn validate_dns_label(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 63 {
+        return Err(format!("{s:?} must be 1 to 63 characters"));
+    }
+    let ok_chars = s
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ends_ok = !s.starts_with('-') && !s.ends_with('-');
+    if ok_chars && ends_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)"
+        ))
+    }
+}
+
+/// A DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn validate_dns_subdomain(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > 253 {
+        return Err(format!("{s:?} must be 1 to 253 characters"));
+    }
+    for label in s.split('.') {
+        validate_dns_label(label).map_err(|_| {
+            format!("{s:?} is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')")
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ingress_and_defaults_namespace() {
+        let v = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {}
+        });
+        let o = Object::from_value(v).unwrap();
+        assert_eq!(o.object_ref().to_string(), "Ingress default/web");
+        assert!(o.metadata().managed_fields.is_none());
+    }
+
+    #[test]
+    fn rejects_names_that_could_break_out() {
+        let v = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web\nbackend x", "namespace": "default"}
+        });
+        let err = Object::from_value(v).unwrap_err();
+        assert!(err.to_string().contains("metadata.name"), "{err}");
+    }
+
+    #[test]
+    fn parses_tcp_resource() {
+        let v = serde_json::json!({
+            "apiVersion": TCP_API_VERSION, "kind": "TCP",
+            "metadata": {"name": "app", "namespace": "app"},
+            "spec": [{"name": "tcp-app", "frontend": {"name": "fe", "binds": [
+                {"name": "b", "port": 2053, "ssl": true, "ssl_certificate": "app-tls"}]},
+                "service": {"name": "app", "port": 8443}}]
+        });
+        let Object::Tcp(tcp) = Object::from_value(v).unwrap() else {
+            panic!("not a TCP object")
+        };
+        assert_eq!(tcp.spec[0].frontend.binds[0].port, 2053);
+    }
+
+    #[test]
+    fn unsupported_kinds_are_named() {
+        let v = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x"}});
+        assert_eq!(
+            Object::from_value(v).unwrap_err(),
+            ParseError::UnsupportedKind("apps/v1/Deployment".into())
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! The `ctx` object a hook receives: typed, validating access to annotations.
+//!
+//! A hook never sees a raw annotation string. Each accessor parses the value with a parser
+//! from [`crate::values`]; a bad value is recorded as a diagnostic naming the object and the
+//! annotation, and the lookup falls through to the next source (as if the bad value were not
+//! there). When no source has a valid value, the accessor returns `()`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use rhai::{Array, Dynamic, Engine, INT, Map};
+
+use crate::diagnostics::{Diagnostic, Severity, Subject};
+use crate::objects::ObjectRef;
+use crate::values::{self, ParseResult};
+
+/// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
+/// prefixes are accepted so its manifests work unchanged.
+pub const ANNOTATION_PREFIXES: &[&str] = &["portcullis.io/", "haproxy.org/", "ingress.kubernetes.io/"];
+
+/// Where settings are read from, in precedence order.
+#[derive(Debug, Clone)]
+pub struct ValueSource {
+    pub object: ObjectRef,
+    pub values: Arc<BTreeMap<String, String>>,
+    /// Annotations carry a prefix; ConfigMap keys do not.
+    pub prefixed: bool,
+}
+
+impl ValueSource {
+    pub fn annotations(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
+        Self {
+            object,
+            values,
+            prefixed: true,
+        }
+    }
+
+    pub fn config_map(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
+        Self {
+            object,
+            values,
+            prefixed: false,
+        }
+    }
+
+    /// The raw value and how to name it in messages.
+    fn lookup(&self, name: &str) -> Option<(&str, String)> {
+        if self.prefixed {
+            ANNOTATION_PREFIXES.iter().find_map(|p| {
+                let key = format!("{p}{name}");
+                self.values
+                    .get(&key)
+                    .map(|v| (v.as_str(), format!("annotation {key}")))
+            })
+        } else {
+            self.values
+                .get(name)
+                .map(|v| (v.as_str(), format!("key {name}")))
+        }
+    }
+}
+
+/// The hook's view of the object it is evaluating.
+#[derive(Debug, Clone)]
+pub struct HookContext {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    subject: ObjectRef,
+    sources: Vec<ValueSource>,
+    /// Extra read-only facts for the hook, e.g. `host` and `path` for a route.
+    facts: BTreeMap<&'static str, String>,
+    diagnostics: Mutex<Vec<Diagnostic>>,
+    script: Mutex<String>,
+}
+
+impl HookContext {
+    pub fn new(
+        subject: ObjectRef,
+        sources: Vec<ValueSource>,
+        facts: BTreeMap<&'static str, String>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                subject,
+                sources,
+                facts,
+                diagnostics: Mutex::new(Vec::new()),
+                script: Mutex::new(String::new()),
+            }),
+        }
+    }
+
+    pub fn subject(&self) -> &ObjectRef {
+        &self.inner.subject
+    }
+
+    /// Names the script being run, for `ctx.warn` messages.
+    pub(crate) fn set_script(&self, name: &str) {
+        if let Ok(mut s) = self.inner.script.lock() {
+            *s = name.to_string();
+        }
+    }
+
+    /// The diagnostics recorded by accessors so far.
+    pub fn take_diagnostics(&self) -> Vec<Diagnostic> {
+        self.inner
+            .diagnostics
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+
+    fn record(&self, severity: Severity, object: &ObjectRef, field: String, message: String) {
+        if let Ok(mut d) = self.inner.diagnostics.lock() {
+            d.push(Diagnostic {
+                severity,
+                subject: Subject::Object(object.clone()),
+                field: Some(field),
+                message,
+            });
+        }
+    }
+
+    /// Looks `name` up in each source in turn, parsing with `parse`; a bad value is reported
+    /// and skipped.
+    fn typed<T>(&self, name: &str, parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
+        for source in &self.inner.sources {
+            let Some((raw, field)) = source.lookup(name) else {
+                continue;
+            };
+            match parse(raw) {
+                Ok(v) => return Some(v),
+                Err(e) => self.record(
+                    Severity::Error,
+                    &source.object,
+                    field,
+                    format!("{e}; setting ignored"),
+                ),
+            }
+        }
+        None
+    }
+
+    fn has(&mut self, name: &str) -> bool {
+        self.inner
+            .sources
+            .iter()
+            .any(|s| s.lookup(name).is_some())
+    }
+
+    fn get_bool(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_bool)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_int(&mut self, name: &str, min: INT, max: INT) -> Dynamic {
+        self.typed(name, |v| values::parse_int(v, min, max))
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_size(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_size)
+            .map_or(Dynamic::UNIT, |n| Dynamic::from(n as INT))
+    }
+
+    fn get_duration(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_duration)
+            .map_or(Dynamic::UNIT, |n| Dynamic::from(n as INT))
+    }
+
+    fn get_choice(&mut self, name: &str, allowed: Array) -> Dynamic {
+        let allowed: Vec<String> = allowed.into_iter().map(|v| v.to_string()).collect();
+        let refs: Vec<&str> = allowed.iter().map(String::as_str).collect();
+        self.typed(name, |v| values::parse_enum(v, &refs))
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_cidrs(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_cidr_list)
+            .map_or(Dynamic::UNIT, strings_to_array)
+    }
+
+    fn get_balance(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_balance)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_header_name(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_header_name)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_header_value(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_header_value)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_headers(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_header_lines)
+            .map_or(Dynamic::UNIT, |pairs| {
+                let arr: Array = pairs
+                    .into_iter()
+                    .map(|(n, v)| Dynamic::from_array(vec![n.into(), v.into()]))
+                    .collect();
+                Dynamic::from_array(arr)
+            })
+    }
+
+    fn get_host(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_host_header)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn get_path(&mut self, name: &str) -> Dynamic {
+        self.typed(name, values::parse_path)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    /// `REPLACEMENT` or `REGEX REPLACEMENT` → `[regex, replacement]`.
+    fn get_rewrite(&mut self, name: &str) -> Dynamic {
+        self.typed(name, parse_rewrite)
+            .map_or(Dynamic::UNIT, |(r, s)| Dynamic::from_array(vec![r.into(), s.into()]))
+    }
+
+    /// `[METHOD] URI` → `#{method, uri}`.
+    fn get_http_check(&mut self, name: &str) -> Dynamic {
+        self.typed(name, parse_http_check).map_or(Dynamic::UNIT, |(m, u)| {
+            let mut map = Map::new();
+            map.insert("method".into(), m.into());
+            map.insert("uri".into(), u.into());
+            Dynamic::from_map(map)
+        })
+    }
+
+    fn warn(&mut self, message: &str) {
+        let script = self
+            .inner
+            .script
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let subject = self.inner.subject.clone();
+        self.record(
+            Severity::Warning,
+            &subject,
+            format!("script {script}"),
+            message.to_string(),
+        );
+    }
+
+    fn fact(&mut self, name: &str) -> Dynamic {
+        self.inner
+            .facts
+            .get(name)
+            .map_or(Dynamic::UNIT, |v| Dynamic::from(v.clone()))
+    }
+}
+
+fn strings_to_array(v: Vec<String>) -> Dynamic {
+    Dynamic::from_array(v.into_iter().map(Dynamic::from).collect())
+}
+
+/// The incumbent's `path-rewrite` syntax: one word replaces the whole path, two words are a
+/// regex and its replacement.
+pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
+    let words: Vec<&str> = v.split_ascii_whitespace().collect();
+    match words.as_slice() {
+        [repl] => Ok(("(.*)".to_string(), values::parse_replacement(repl)?)),
+        [re, repl] => Ok((values::parse_regex(re)?, values::parse_replacement(repl)?)),
+        _ => Err(format!(
+            "{v:?} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)"
+        )),
+    }
+}
+
+/// HTTP methods a health check may use.
+pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
+
+/// `check-http`: `URI` or `METHOD URI`.
+pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
+    let words: Vec<&str> = v.split_ascii_whitespace().collect();
+    match words.as_slice() {
+        [uri] => Ok(("GET".to_string(), values::parse_path(uri)?)),
+        [method, uri] => Ok((
+            values::parse_enum(method, CHECK_METHODS)?,
+            values::parse_path(uri)?,
+        )),
+        _ => Err(format!("{v:?} is not 'URI' or 'METHOD URI'")),
+    }
+}
+
+/// Makes `ctx` and its accessors available to scripts.
+pub(crate) fn register(engine: &mut Engine) {
+    engine
+        .register_type_with_name::<HookContext>("Context")
+        .register_get("kind", |c: &mut HookContext| c.subject().kind.as_str().to_string())
+        .register_get("namespace", |c: &mut HookContext| c.subject().namespace.clone())
+        .register_get("name", |c: &mut HookContext| c.subject().name.clone())
+        .register_fn("fact", HookContext::fact)
+        .register_fn("has", HookContext::has)
+        .register_fn("bool", HookContext::get_bool)
+        .register_fn("int", HookContext::get_int)
+        .register_fn("size", HookContext::get_size)
+        .register_fn("duration", HookContext::get_duration)
+        .register_fn("choice", HookContext::get_choice)
+        .register_fn("cidrs", HookContext::get_cidrs)
+        .register_fn("balance", HookContext::get_balance)
+        .register_fn("header_name", HookContext::get_header_name)
+        .register_fn("header_value", HookContext::get_header_value)
+        .register_fn("headers", HookContext::get_headers)
+        .register_fn("host", HookContext::get_host)
+        .register_fn("path", HookContext::get_path)
+        .register_fn("rewrite", HookContext::get_rewrite)
+        .register_fn("http_check", HookContext::get_http_check)
+        .register_fn("warn", HookContext::warn);
+}

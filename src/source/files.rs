@@ -1,0 +1,215 @@
+//! The files source: every `*.yaml`, `*.yml` and `*.json` document under a directory.
+//!
+//! This is how Portcullis runs with no cluster. A malformed document is reported with its file
+//! and document index; every other document still loads.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
+use crate::objects::{Kind, Key, Object, ParseError};
+
+/// Errors that stop the whole source (as opposed to one bad document).
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("reading manifest directory {path}: {source}")]
+    ReadDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a directory of manifests held.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub objects: Vec<Object>,
+    pub diagnostics: Diagnostics,
+}
+
+/// Reads every manifest under `dir`, recursively, in path order. Entries whose name starts with
+/// `.` are skipped: a ConfigMap volume keeps its real files under `..data`, reached through the
+/// visible symlinks.
+pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
+    let mut files = Vec::new();
+    collect_files(dir, &mut files)?;
+    files.sort();
+    let mut loaded = Loaded::default();
+    // The last definition of a kind/namespace/name wins, with a warning naming both places.
+    let mut seen: BTreeMap<(Kind, Key), String> = BTreeMap::new();
+    for file in files {
+        let display = file
+            .strip_prefix(dir)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let text = match std::fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) => {
+                loaded.diagnostics.push(Diagnostic {
+                    severity: Severity::Error,
+                    subject: Subject::Source { file: display },
+                    field: None,
+                    message: format!("cannot read: {e}"),
+                });
+                continue;
+            }
+        };
+        for (index, doc) in parse_documents(&file, &text).into_iter().enumerate() {
+            let index = index + 1;
+            let place = format!("{display} (document {index})");
+            let values = match doc {
+                Ok(serde_json::Value::Null) => continue,
+                Ok(v) => expand_list(v),
+                Err(reason) => {
+                    loaded.diagnostics.push(document_error(&display, index, reason));
+                    continue;
+                }
+            };
+            for value in values {
+                match Object::from_value(value) {
+                    Ok(object) => {
+                        let id = (object.kind(), object.key());
+                        if let Some(previous) = seen.insert(id, place.clone()) {
+                            loaded.diagnostics.push(Diagnostic {
+                                severity: Severity::Warning,
+                                subject: Subject::Object(object.object_ref()),
+                                field: None,
+                                message: format!(
+                                    "defined twice; {place} replaces the one in {previous}"
+                                ),
+                            });
+                        }
+                        loaded.objects.push(object);
+                    }
+                    Err(ParseError::UnsupportedKind(_)) => {}
+                    Err(e) => loaded
+                        .diagnostics
+                        .push(document_error(&display, index, e.to_string())),
+                }
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+fn document_error(file: &str, index: usize, message: String) -> Diagnostic {
+    Diagnostic {
+        severity: Severity::Error,
+        subject: Subject::Document {
+            file: file.to_string(),
+            index,
+        },
+        field: None,
+        message,
+    }
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), FilesError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| FilesError::ReadDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let path = entry.path();
+        // `metadata` follows symlinks, as a ConfigMap volume needs.
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            collect_files(&path, out)?;
+        } else if is_manifest(&path) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn is_manifest(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml" | "json")
+    )
+}
+
+/// Splits a file into documents. A YAML syntax error ends the file at that document; the
+/// documents before it still load.
+fn parse_documents(path: &Path, text: &str) -> Vec<Result<serde_json::Value, String>> {
+    if path.extension().and_then(|e| e.to_str()) == Some("json") {
+        return serde_json::Deserializer::from_str(text)
+            .into_iter::<serde_json::Value>()
+            .map(|r| r.map_err(|e| e.to_string()))
+            .collect();
+    }
+    let mut docs = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(text) {
+        match <serde_yaml::Value as serde::Deserialize>::deserialize(de) {
+            Ok(v) => docs.push(yaml_to_json(v)),
+            Err(e) => {
+                docs.push(Err(e.to_string()));
+                break;
+            }
+        }
+    }
+    docs
+}
+
+fn yaml_to_json(v: serde_yaml::Value) -> Result<serde_json::Value, String> {
+    serde_json::to_value(v).map_err(|e| format!("not representable as JSON: {e}"))
+}
+
+/// A `kind: List` document holds its objects under `items`.
+fn expand_list(v: serde_json::Value) -> Vec<serde_json::Value> {
+    if v.get("kind").and_then(|k| k.as_str()) == Some("List") {
+        if let Some(serde_json::Value::Array(items)) = v.get("items") {
+            return items.clone();
+        }
+    }
+    vec![v]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_document_is_reported_and_the_rest_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n---\n\
+             apiVersion: v1\nkind: Service\nmetadata: {name: 'Bad Name'}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {a: b}\n",
+        )
+        .unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(
+            dir.path().join("sub/b.json"),
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"x"}}]}"#,
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("c.yml"), "a: [unclosed\n").unwrap();
+        let loaded = load_dir(dir.path()).unwrap();
+        let names: Vec<_> = loaded
+            .objects
+            .iter()
+            .map(|o| o.object_ref().to_string())
+            .collect();
+        assert_eq!(
+            names,
+            ["Service default/web", "ConfigMap default/cfg", "Secret x/s"]
+        );
+        let diags: Vec<_> = loaded
+            .diagnostics
+            .into_sorted()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert_eq!(diags.len(), 2, "{diags:?}");
+        assert!(diags.iter().any(|d| d.contains("a.yaml (document 2)")));
+        assert!(diags.iter().any(|d| d.contains("c.yml (document 1)")));
+    }
+}

@@ -1,0 +1,3 @@
+//! Sources of Kubernetes objects. Every source produces [`crate::objects::Object`]s for the store.
+
+pub mod files;

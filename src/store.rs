@@ -1,0 +1,212 @@
+//! The store: every watched object, indexed by kind and namespace/name.
+//!
+//! One owner applies changes; readers get an immutable [`Snapshot`]. Maps are ordered so that
+//! anything iterating a snapshot does so in the same order on every replica, whatever order the
+//! events arrived in. EndpointSlices are indexed by the Service they belong to, so that joining
+//! Services to endpoints is a lookup, not a scan.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+
+use crate::objects::{Key, Kind, Object, Tcp};
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// An immutable view of the store.
+pub type Snapshot = Arc<Store>;
+
+/// All objects Portcullis reads, indexed for the joins translation needs.
+#[derive(Debug, Default, Clone)]
+pub struct Store {
+    ingresses: BTreeMap<Key, Arc<Ingress>>,
+    ingress_classes: BTreeMap<Key, Arc<IngressClass>>,
+    services: BTreeMap<Key, Arc<Service>>,
+    endpoint_slices: BTreeMap<Key, Arc<EndpointSlice>>,
+    slices_by_service: BTreeMap<Key, BTreeSet<Key>>,
+    secrets: BTreeMap<Key, Arc<Secret>>,
+    config_maps: BTreeMap<Key, Arc<ConfigMap>>,
+    pods: BTreeMap<Key, Arc<Pod>>,
+    tcps: BTreeMap<Key, Arc<Tcp>>,
+}
+
+impl Store {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Builds a store from a list of objects; later objects replace earlier ones.
+    pub fn from_objects(objects: impl IntoIterator<Item = Object>) -> Self {
+        let mut store = Self::new();
+        for o in objects {
+            store.upsert(o);
+        }
+        store
+    }
+
+    /// Inserts or replaces an object.
+    pub fn upsert(&mut self, object: Object) {
+        let key = object.key();
+        match object {
+            Object::Ingress(o) => {
+                self.ingresses.insert(key, o);
+            }
+            Object::IngressClass(o) => {
+                self.ingress_classes.insert(key, o);
+            }
+            Object::Service(o) => {
+                self.services.insert(key, o);
+            }
+            Object::EndpointSlice(o) => {
+                self.unindex_slice(&key);
+                if let Some(service) = slice_service(&key, &o) {
+                    self.slices_by_service
+                        .entry(service)
+                        .or_default()
+                        .insert(key.clone());
+                }
+                self.endpoint_slices.insert(key, o);
+            }
+            Object::Secret(o) => {
+                self.secrets.insert(key, o);
+            }
+            Object::ConfigMap(o) => {
+                self.config_maps.insert(key, o);
+            }
+            Object::Pod(o) => {
+                self.pods.insert(key, o);
+            }
+            Object::Tcp(o) => {
+                self.tcps.insert(key, o);
+            }
+        }
+    }
+
+    /// Removes an object; removing one that is not there is not an error.
+    pub fn delete(&mut self, kind: Kind, key: &Key) {
+        match kind {
+            Kind::Ingress => drop(self.ingresses.remove(key)),
+            Kind::IngressClass => drop(self.ingress_classes.remove(key)),
+            Kind::Service => drop(self.services.remove(key)),
+            Kind::EndpointSlice => {
+                self.unindex_slice(key);
+                self.endpoint_slices.remove(key);
+            }
+            Kind::Secret => drop(self.secrets.remove(key)),
+            Kind::ConfigMap => drop(self.config_maps.remove(key)),
+            Kind::Pod => drop(self.pods.remove(key)),
+            Kind::Tcp => drop(self.tcps.remove(key)),
+        }
+    }
+
+    fn unindex_slice(&mut self, key: &Key) {
+        let Some(old) = self.endpoint_slices.get(key) else {
+            return;
+        };
+        if let Some(service) = slice_service(key, old) {
+            if let Some(set) = self.slices_by_service.get_mut(&service) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.slices_by_service.remove(&service);
+                }
+            }
+        }
+    }
+
+    /// An immutable copy for readers. Objects are shared, only the indexes are copied.
+    pub fn snapshot(&self) -> Snapshot {
+        Arc::new(self.clone())
+    }
+
+    pub fn ingresses(&self) -> impl Iterator<Item = (&Key, &Arc<Ingress>)> {
+        self.ingresses.iter()
+    }
+
+    pub fn ingress_classes(&self) -> impl Iterator<Item = (&Key, &Arc<IngressClass>)> {
+        self.ingress_classes.iter()
+    }
+
+    pub fn service(&self, key: &Key) -> Option<&Arc<Service>> {
+        self.services.get(key)
+    }
+
+    /// The EndpointSlices of a Service, in name order.
+    pub fn endpoint_slices_of(&self, service: &Key) -> impl Iterator<Item = &Arc<EndpointSlice>> {
+        self.slices_by_service
+            .get(service)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.endpoint_slices.get(k))
+    }
+
+    pub fn secret(&self, key: &Key) -> Option<&Arc<Secret>> {
+        self.secrets.get(key)
+    }
+
+    pub fn config_map(&self, key: &Key) -> Option<&Arc<ConfigMap>> {
+        self.config_maps.get(key)
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = (&Key, &Arc<Pod>)> {
+        self.pods.iter()
+    }
+
+    pub fn tcps(&self) -> impl Iterator<Item = (&Key, &Arc<Tcp>)> {
+        self.tcps.iter()
+    }
+
+    /// Number of objects held, all kinds together.
+    pub fn len(&self) -> usize {
+        self.ingresses.len()
+            + self.ingress_classes.len()
+            + self.services.len()
+            + self.endpoint_slices.len()
+            + self.secrets.len()
+            + self.config_maps.len()
+            + self.pods.len()
+            + self.tcps.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn slice_service(key: &Key, slice: &EndpointSlice) -> Option<Key> {
+    let labels = slice.metadata.labels.as_ref()?;
+    let name = labels.get(SERVICE_NAME_LABEL)?;
+    Some(Key::new(key.namespace.clone(), name.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(name: &str, service: &str) -> Object {
+        Object::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "ns",
+                         "labels": {SERVICE_NAME_LABEL: service}},
+            "addressType": "IPv4", "endpoints": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn slices_are_indexed_by_service_and_reindexed_on_change() {
+        let mut store = Store::from_objects([slice("a-1", "a"), slice("a-2", "a")]);
+        let a = Key::new("ns", "a");
+        let b = Key::new("ns", "b");
+        assert_eq!(store.endpoint_slices_of(&a).count(), 2);
+        store.upsert(slice("a-2", "b"));
+        assert_eq!(store.endpoint_slices_of(&a).count(), 1);
+        assert_eq!(store.endpoint_slices_of(&b).count(), 1);
+        store.delete(Kind::EndpointSlice, &Key::new("ns", "a-2"));
+        assert_eq!(store.endpoint_slices_of(&b).count(), 0);
+        assert_eq!(store.len(), 1);
+    }
+}

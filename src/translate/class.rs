@@ -1,0 +1,76 @@
+//! Which Ingresses are ours: ingress class selection.
+
+use k8s_openapi::api::networking::v1::Ingress;
+
+use crate::store::Store;
+
+/// The legacy class annotation, still common in manifests.
+pub const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+/// The annotation that makes an IngressClass the cluster default.
+pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
+
+/// The class names this controller serves, and whether it takes class-less Ingresses.
+#[derive(Debug, Clone)]
+pub struct ClassFilter {
+    names: Vec<String>,
+    take_unclassed: bool,
+}
+
+impl ClassFilter {
+    /// Our classes are `ingress_class` plus every IngressClass whose `spec.controller` is
+    /// `controller_class`. Ingresses without a class are ours when one of our IngressClasses is
+    /// the default class, or when `watch_without_class` is set.
+    pub fn new(
+        store: &Store,
+        ingress_class: &str,
+        controller_class: &str,
+        watch_without_class: bool,
+    ) -> Self {
+        let mut names = vec![ingress_class.to_string()];
+        let mut default_is_ours = false;
+        for (key, class) in store.ingress_classes() {
+            let ours = class
+                .spec
+                .as_ref()
+                .and_then(|s| s.controller.as_deref())
+                .is_some_and(|c| c == controller_class);
+            if !ours {
+                continue;
+            }
+            names.push(key.name.clone());
+            let is_default = class
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DEFAULT_CLASS_ANNOTATION))
+                .is_some_and(|v| v == "true");
+            default_is_ours |= is_default;
+        }
+        names.sort();
+        names.dedup();
+        Self {
+            names,
+            take_unclassed: watch_without_class || default_is_ours,
+        }
+    }
+
+    /// `spec.ingressClassName` first, then the legacy annotation, then the default rule.
+    pub fn accepts(&self, ingress: &Ingress) -> bool {
+        let class = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.ingress_class_name.as_deref())
+            .or_else(|| {
+                ingress
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
+                    .map(String::as_str)
+            });
+        match class {
+            Some(name) => self.names.iter().any(|n| n == name),
+            None => self.take_unclassed,
+        }
+    }
+}

@@ -1,0 +1,553 @@
+//! Translation: a store snapshot in, the model out. Pure: no IO, no clock, no randomness.
+//!
+//! Rust decides the structure (which Ingresses are ours, routes, backends, server slots,
+//! certificates); the policy hooks decide what annotations mean. Every bad input is reported
+//! against its object and field and only that piece is dropped.
+
+pub mod backends;
+pub mod class;
+pub mod routes;
+pub mod slots;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+use sha2::{Digest, Sha256};
+
+use crate::diagnostics::{Diagnostics, Severity};
+use crate::model::{
+    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings,
+    ServerSlot, Tls,
+};
+use crate::objects::{Key, Kind, ObjectRef};
+use crate::policy::{HookContext, PolicyEngine, ValueSource};
+use crate::store::Store;
+use crate::values;
+
+use backends::ResolvedPort;
+use routes::{PathKind, RouteCandidate};
+
+/// Everything translation needs besides the store: flags, parsed once.
+#[derive(Debug, Clone)]
+pub struct TranslateConfig {
+    pub version: String,
+    pub ingress_class: String,
+    pub controller_class: String,
+    pub watch_ingress_without_class: bool,
+    pub config_map: Option<Key>,
+    pub default_backend_service: Option<Key>,
+    pub default_ssl_certificate: Option<Key>,
+    pub listen: Listen,
+}
+
+/// The model and everything that was wrong with the input.
+#[derive(Debug)]
+pub struct Translation {
+    pub model: Model,
+    pub diagnostics: Diagnostics,
+}
+
+/// A backend being assembled: the Service port and who refers to it.
+struct BackendBuild {
+    service: Key,
+    port: ResolvedPort,
+    /// The oldest Ingress routing here; its annotations rank between Service and ConfigMap.
+    ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
+    policies: BTreeMap<String, RouteSettings>,
+}
+
+/// Translates a snapshot into the model.
+pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine) -> Translation {
+    let mut t = Translator {
+        store,
+        config,
+        policy,
+        diags: Diagnostics::new(),
+        config_map: None,
+        backends: BTreeMap::new(),
+        routes: Vec::new(),
+        redirects: Vec::new(),
+        tls_entries: Vec::new(),
+        pem_files: BTreeMap::new(),
+        default_backend: None,
+    };
+    t.load_config_map();
+    let global = {
+        let subject = config.config_map.as_ref().map_or_else(
+            || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
+            |k| ObjectRef::new(Kind::ConfigMap, k),
+        );
+        let ctx = HookContext::new(subject, t.config_map.iter().cloned().collect(), BTreeMap::new());
+        policy.run_global(&ctx, &mut t.diags)
+    };
+    if let Some(key) = &config.default_backend_service {
+        t.default_backend_service(key);
+    }
+    let filter = class::ClassFilter::new(
+        store,
+        &config.ingress_class,
+        &config.controller_class,
+        config.watch_ingress_without_class,
+    );
+    let mut ingresses: Vec<(&Key, &Arc<Ingress>)> =
+        store.ingresses().filter(|(_, i)| filter.accepts(i)).collect();
+    // Oldest first: where two Ingresses claim the same thing, the older one wins.
+    ingresses.sort_by(|a, b| {
+        let age = |i: &Ingress| i.metadata.creation_timestamp.clone().map(|t| t.0);
+        age(a.1).cmp(&age(b.1)).then_with(|| a.0.cmp(b.0))
+    });
+    for (rank, (key, ingress)) in ingresses.into_iter().enumerate() {
+        t.ingress(rank, key, ingress);
+    }
+    if let Some(key) = &config.default_ssl_certificate {
+        t.default_certificate(key);
+    }
+    t.finish(global)
+}
+
+struct Translator<'a> {
+    store: &'a Store,
+    config: &'a TranslateConfig,
+    policy: &'a PolicyEngine,
+    diags: Diagnostics,
+    config_map: Option<ValueSource>,
+    backends: BTreeMap<String, BackendBuild>,
+    routes: Vec<RouteCandidate>,
+    /// (host, code, ingress rank, ingress) for ssl-redirect.
+    redirects: Vec<(String, u16, usize, ObjectRef)>,
+    tls_entries: Vec<CrtListEntry>,
+    pem_files: BTreeMap<String, String>,
+    default_backend: Option<(String, ObjectRef)>,
+}
+
+impl Translator<'_> {
+    fn load_config_map(&mut self) {
+        let Some(key) = &self.config.config_map else {
+            return;
+        };
+        let object = ObjectRef::new(Kind::ConfigMap, key);
+        match self.store.config_map(key) {
+            Some(cm) => {
+                let data = cm.data.clone().unwrap_or_default();
+                self.config_map = Some(ValueSource::config_map(object, Arc::new(data)));
+            }
+            None => self.diags.push(crate::diagnostics::Diagnostic {
+                severity: Severity::Warning,
+                subject: crate::diagnostics::Subject::Object(object),
+                field: None,
+                message: "the controller ConfigMap does not exist; using defaults".to_string(),
+            }),
+        }
+    }
+
+    fn default_backend_service(&mut self, key: &Key) {
+        let object = ObjectRef::new(Kind::Service, key);
+        let Some(service) = self.store.service(key) else {
+            self.diags.object(
+                Severity::Error,
+                &object,
+                "--default-backend-service",
+                "the Service does not exist; unmatched requests get 404",
+            );
+            return;
+        };
+        let first_port = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|p| p.first())
+            .map(|p| k8s_openapi::api::networking::v1::ServiceBackendPort {
+                name: None,
+                number: Some(p.port),
+            });
+        let Some(port) = first_port else {
+            self.diags.object(
+                Severity::Error,
+                &object,
+                "spec.ports",
+                "the default backend Service has no port; unmatched requests get 404",
+            );
+            return;
+        };
+        match backends::resolve_port(service, &port) {
+            Ok(resolved) => {
+                let name = self.register_backend(key, resolved, None);
+                self.default_backend = Some((name, object));
+            }
+            Err(e) => self
+                .diags
+                .object(Severity::Error, &object, "spec.ports", e),
+        }
+    }
+
+    fn register_backend(
+        &mut self,
+        service: &Key,
+        port: ResolvedPort,
+        ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
+    ) -> String {
+        let name = format!("{}_{}_{}", service.namespace, service.name, port.number);
+        let entry = self
+            .backends
+            .entry(name.clone())
+            .or_insert_with(|| BackendBuild {
+                service: service.clone(),
+                port,
+                ingress: None,
+                policies: BTreeMap::new(),
+            });
+        if entry.ingress.is_none() {
+            entry.ingress = ingress;
+        }
+        name
+    }
+
+    /// Resolves an Ingress backend reference to a registered backend name.
+    fn ingress_backend(
+        &mut self,
+        ingress: &ObjectRef,
+        annotations: &Arc<BTreeMap<String, String>>,
+        backend: &IngressBackend,
+        field: &str,
+    ) -> Option<String> {
+        let Some(svc) = &backend.service else {
+            self.diags.object(
+                Severity::Error,
+                ingress,
+                field,
+                "only Service backends are supported (resource backends are not)",
+            );
+            return None;
+        };
+        let key = Key::new(ingress.namespace.clone(), svc.name.clone());
+        let Some(service) = self.store.service(&key) else {
+            self.diags.object(
+                Severity::Error,
+                ingress,
+                format!("{field}.service.name"),
+                format!("Service {key} does not exist; route skipped"),
+            );
+            return None;
+        };
+        let port = svc.port.clone().unwrap_or_default();
+        match backends::resolve_port(service, &port) {
+            Ok(resolved) => Some(self.register_backend(
+                &key,
+                resolved,
+                Some((ingress.clone(), annotations.clone())),
+            )),
+            Err(e) => {
+                self.diags.object(
+                    Severity::Error,
+                    ingress,
+                    format!("{field}.service.port"),
+                    format!("Service {key}: {e}; route skipped"),
+                );
+                None
+            }
+        }
+    }
+
+    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Ingress) {
+        let object = ObjectRef::new(Kind::Ingress, key);
+        let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
+        let Some(spec) = &ingress.spec else {
+            return;
+        };
+        let mut sources = vec![ValueSource::annotations(object.clone(), annotations.clone())];
+        sources.extend(self.config_map.iter().cloned());
+
+        if let Some(default) = &spec.default_backend {
+            if let Some(name) =
+                self.ingress_backend(&object, &annotations, default, "spec.defaultBackend")
+            {
+                if self.default_backend.is_none() {
+                    self.default_backend = Some((name, object.clone()));
+                }
+            }
+        }
+
+        // The first route outcome per host decides that host's ssl-redirect.
+        let mut redirect_by_host: BTreeMap<String, (bool, u16)> = BTreeMap::new();
+        for (i, rule) in spec.rules.iter().flatten().enumerate() {
+            let host = match rule.host.as_deref() {
+                None | Some("") => String::new(),
+                Some(h) => match values::parse_host(h) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            format!("spec.rules[{i}].host"),
+                            format!("{e}; rule skipped"),
+                        );
+                        continue;
+                    }
+                },
+            };
+            let Some(http) = &rule.http else { continue };
+            for (j, path) in http.paths.iter().enumerate() {
+                let field = format!("spec.rules[{i}].http.paths[{j}]");
+                let kind = match PathKind::parse(&path.path_type) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            format!("{field}.pathType"),
+                            format!("{e}; path skipped"),
+                        );
+                        continue;
+                    }
+                };
+                let raw = path.path.as_deref().unwrap_or("/");
+                let raw = if raw.is_empty() { "/" } else { raw };
+                let parsed = match values::parse_path(raw) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            format!("{field}.path"),
+                            format!("{e}; path skipped"),
+                        );
+                        continue;
+                    }
+                };
+                let Some(backend) =
+                    self.ingress_backend(&object, &annotations, &path.backend, &format!("{field}.backend"))
+                else {
+                    continue;
+                };
+                let facts = BTreeMap::from([
+                    ("host", host.clone()),
+                    ("path", parsed.clone()),
+                    ("path_type", kind.as_str().to_string()),
+                ]);
+                let ctx = HookContext::new(object.clone(), sources.clone(), facts);
+                let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                redirect_by_host.entry(host.clone()).or_insert((
+                    outcome.ssl_redirect.unwrap_or(false),
+                    outcome.ssl_redirect_code.unwrap_or(302),
+                ));
+                let value = if outcome.settings.is_empty() {
+                    backend.clone()
+                } else {
+                    let id = policy_id(&outcome.settings);
+                    if let Some(b) = self.backends.get_mut(&backend) {
+                        b.policies.insert(id.clone(), outcome.settings);
+                    }
+                    format!("{backend}.{id}")
+                };
+                self.routes.push(RouteCandidate {
+                    host: host.clone(),
+                    path: parsed,
+                    kind,
+                    value,
+                    rank,
+                    ingress: object.clone(),
+                    field,
+                });
+            }
+        }
+
+        for (i, entry) in spec.tls.iter().flatten().enumerate() {
+            let field = format!("spec.tls[{i}]");
+            let mut hosts = Vec::new();
+            for (h, host) in entry.hosts.iter().flatten().enumerate() {
+                match values::parse_host(host) {
+                    Ok(host) => hosts.push(host),
+                    Err(e) => self.diags.object(
+                        Severity::Error,
+                        &object,
+                        format!("{field}.hosts[{h}]"),
+                        format!("{e}; host skipped"),
+                    ),
+                }
+            }
+            let Some(secret_name) = entry.secret_name.as_deref().filter(|s| !s.is_empty()) else {
+                self.diags.object(
+                    Severity::Warning,
+                    &object,
+                    format!("{field}.secretName"),
+                    "no secretName; these hosts use the default certificate",
+                );
+                self.add_redirects(&hosts, &redirect_by_host, rank, &object);
+                continue;
+            };
+            let secret_key = Key::new(key.namespace.clone(), secret_name);
+            match self.certificate(&secret_key) {
+                Ok(path) => {
+                    hosts.sort();
+                    hosts.dedup();
+                    self.tls_entries.push(CrtListEntry {
+                        path,
+                        sni: hosts.clone(),
+                    });
+                }
+                Err(e) => self.diags.object(
+                    Severity::Error,
+                    &object,
+                    format!("{field}.secretName"),
+                    format!("Secret {secret_key}: {e}; these hosts use the default certificate"),
+                ),
+            }
+            self.add_redirects(&hosts, &redirect_by_host, rank, &object);
+        }
+    }
+
+    fn add_redirects(
+        &mut self,
+        hosts: &[String],
+        by_host: &BTreeMap<String, (bool, u16)>,
+        rank: usize,
+        object: &ObjectRef,
+    ) {
+        for host in hosts {
+            // A TLS host without a rule of its own follows the Ingress' first route.
+            let decision = by_host.get(host).or_else(|| by_host.values().next());
+            if let Some((true, code)) = decision {
+                self.redirects
+                    .push((host.clone(), *code, rank, object.clone()));
+            }
+        }
+    }
+
+    /// Writes (once) the PEM file for a TLS Secret and returns its path.
+    fn certificate(&mut self, key: &Key) -> Result<String, String> {
+        let secret = self
+            .store
+            .secret(key)
+            .ok_or_else(|| "does not exist".to_string())?;
+        let pem = tls::pem_file(key, secret)?;
+        self.pem_files.insert(pem.path.clone(), pem.content);
+        Ok(pem.path)
+    }
+
+    fn default_certificate(&mut self, key: &Key) {
+        match self.certificate(key) {
+            Ok(path) => self.tls_entries.insert(0, CrtListEntry { path, sni: Vec::new() }),
+            Err(e) => self.diags.object(
+                Severity::Error,
+                &ObjectRef::new(Kind::Secret, key),
+                "--default-ssl-certificate",
+                e,
+            ),
+        }
+    }
+
+    fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
+        let maps_and_codes = routes::build_maps(
+            std::mem::take(&mut self.routes),
+            std::mem::take(&mut self.redirects),
+            &mut self.diags,
+        );
+        let (maps, redirect_codes) = maps_and_codes;
+
+        let mut backends = Vec::with_capacity(self.backends.len());
+        for (name, build) in std::mem::take(&mut self.backends) {
+            backends.push(self.backend(name, build));
+        }
+
+        // The default certificate (if any) stays first; the rest are sorted and unique.
+        let mut crt_list = std::mem::take(&mut self.tls_entries);
+        let default = if self.config.default_ssl_certificate.is_some() && !crt_list.is_empty() {
+            Some(crt_list.remove(0))
+        } else {
+            None
+        };
+        crt_list.sort();
+        crt_list.dedup();
+        if let Some(d) = default {
+            crt_list.insert(0, d);
+        }
+        let pem_files = std::mem::take(&mut self.pem_files)
+            .into_iter()
+            .map(|(path, content)| crate::model::PemFile { path, content })
+            .collect();
+
+        let default_backend = match self.default_backend.take() {
+            Some((backend, _)) => DefaultBackend::Service { backend },
+            None => DefaultBackend::NotFound,
+        };
+        let model = Model {
+            version: self.config.version.clone(),
+            listen: self.config.listen.clone(),
+            global,
+            maps,
+            redirect_codes,
+            backends,
+            default_backend,
+            tls: Tls {
+                pem_files,
+                crt_list,
+            },
+        };
+        Translation {
+            model,
+            diagnostics: self.diags,
+        }
+    }
+
+    fn backend(&mut self, name: String, build: BackendBuild) -> Backend {
+        let service_ref = ObjectRef::new(Kind::Service, &build.service);
+        let service_annotations = self
+            .store
+            .service(&build.service)
+            .and_then(|s| s.metadata.annotations.clone())
+            .unwrap_or_default();
+        let mut sources = vec![ValueSource::annotations(
+            service_ref.clone(),
+            Arc::new(service_annotations),
+        )];
+        if let Some((object, annotations)) = &build.ingress {
+            sources.push(ValueSource::annotations(object.clone(), annotations.clone()));
+        }
+        sources.extend(self.config_map.iter().cloned());
+        let facts = BTreeMap::from([("port", build.port.number.to_string())]);
+        let ctx = HookContext::new(service_ref, sources, facts);
+        let settings = self.policy.run_backend(&ctx, &mut self.diags);
+
+        let endpoints = match &build.port.external {
+            Some((dns_name, port)) => vec![(dns_name.clone(), *port)],
+            None => backends::endpoints(self.store, &build.service, &build.port),
+        };
+        let count = slots::slot_count(endpoints.len(), settings.slots_block);
+        let servers = slots::assign(&endpoints, count)
+            .into_iter()
+            .enumerate()
+            .map(|(i, occupant)| {
+                let endpoint = occupant.map(|e| endpoints[e].clone());
+                ServerSlot {
+                    name: format!("SRV_{}", i + 1),
+                    port: endpoint.as_ref().map_or(1, |e| e.1),
+                    address: endpoint.map(|e| e.0),
+                }
+            })
+            .collect();
+        Backend {
+            name,
+            namespace: build.service.namespace.clone(),
+            service: build.service.name.clone(),
+            port: build.port.number,
+            settings,
+            policies: build
+                .policies
+                .into_iter()
+                .map(|(id, settings)| RoutePolicy { id, settings })
+                .collect(),
+            servers,
+        }
+    }
+}
+
+/// A short, stable id for a set of route settings, so equal settings share one policy.
+fn policy_id(settings: &RouteSettings) -> String {
+    let json = serde_json::to_string(settings).unwrap_or_default();
+    let digest = Sha256::digest(json.as_bytes());
+    let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+    format!("p{hex}")
+}
+
