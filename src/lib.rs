@@ -3,15 +3,15 @@
 //! Data flows one way: `source` → `store` → `translate` (+ `policy`) → `model` → `render`.
 //! Everything from `store` to `render` is pure: it takes a snapshot and returns data.
 
-// pub mod check;
-// pub mod cli;
+pub mod check;
+pub mod cli;
 pub mod diagnostics;
 pub mod layers;
 pub mod model;
 pub mod objects;
-// pub mod pipeline;
+pub mod pipeline;
 pub mod policy;
-// pub mod render;
+pub mod render;
 pub mod source;
 pub mod store;
 pub mod translate;

@@ -99,8 +99,9 @@ pub struct ServerSlot {
 /// Backend-scope settings (Service, then Ingress, then ConfigMap).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BackendSettings {
-    /// Canonical `balance` argument, e.g. `roundrobin` or `hdr(X-User)`.
-    pub balance: Option<String>,
+    /// The `balance` words, e.g. `["roundrobin"]` or `["url_param", "uid"]`; empty for
+    /// HAProxy's default.
+    pub balance: Vec<String>,
     pub check: bool,
     pub check_http: Option<HttpCheck>,
     pub check_interval_ms: Option<u64>,
@@ -118,7 +119,7 @@ pub struct BackendSettings {
 impl Default for BackendSettings {
     fn default() -> Self {
         Self {
-            balance: None,
+            balance: Vec::new(),
             check: false,
             check_http: None,
             check_interval_ms: None,

@@ -71,7 +71,7 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
         let result = match key {
             "balance" => string(value)
                 .and_then(|s| values::parse_balance(&s))
-                .map(|b| out.balance = Some(b)),
+                .map(|b| out.balance = b.split(' ').map(str::to_string).collect()),
             "check" => boolean(value).map(|b| out.check = b),
             "check_http" => http_check(value).map(|c| out.check_http = Some(c)),
             "check_interval" => duration_ms(value).map(|ms| out.check_interval_ms = Some(ms)),
@@ -223,7 +223,7 @@ mod tests {
         map.insert("nonsense".into(), 1.into());
         let mut out = BackendSettings::default();
         let errors = apply_backend(&map, &mut out);
-        assert_eq!(out.balance, None);
+        assert!(out.balance.is_empty());
         assert!(out.check);
         let keys: Vec<_> = errors.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["balance", "nonsense"]);

@@ -1,0 +1,62 @@
+//! `haproxy -c`: asking HAProxy itself whether a rendered configuration is valid.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::render::{CONFIG_FILE, RenderError, RenderedConfig};
+
+/// Checking could not be done, or HAProxy rejected the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("cannot run {bin}: {source}")]
+    Spawn {
+        bin: String,
+        source: std::io::Error,
+    },
+    #[error("creating a temporary directory: {0}")]
+    TempDir(std::io::Error),
+    #[error(transparent)]
+    Write(#[from] RenderError),
+    /// HAProxy's own words: its ALERT lines, or everything it printed if it printed none.
+    #[error("HAProxy rejected the configuration:\n{}", .messages.join("\n"))]
+    Rejected { messages: Vec<String> },
+}
+
+/// Writes `config` to a temporary directory and runs `haproxy -c` on it.
+pub fn check_config(haproxy_bin: &str, config: &RenderedConfig) -> Result<(), CheckError> {
+    let dir = tempfile::tempdir().map_err(CheckError::TempDir)?;
+    config.write_to(dir.path())?;
+    check_file(haproxy_bin, &dir.path().join(CONFIG_FILE))
+}
+
+/// Runs `haproxy -c -f <path>`.
+pub fn check_file(haproxy_bin: &str, path: &Path) -> Result<(), CheckError> {
+    let output = Command::new(haproxy_bin)
+        .arg("-c")
+        .arg("-f")
+        .arg(path)
+        .output()
+        .map_err(|source| CheckError::Spawn {
+            bin: haproxy_bin.to_string(),
+            source,
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let alerts: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("[ALERT]"))
+        .map(str::to_string)
+        .collect();
+    let messages = if alerts.is_empty() {
+        text.lines().map(str::to_string).collect()
+    } else {
+        alerts
+    };
+    Err(CheckError::Rejected { messages })
+}

@@ -1,0 +1,113 @@
+//! The output guard: what `{{ value }}` may print into haproxy.cfg.
+//!
+//! A plain value must be a single config token: no whitespace, control characters, quotes,
+//! `\`, `#`, `$` or `%`. Anything else has to go through the `q` filter, which single-quotes
+//! it (HAProxy does no expansion inside single quotes) and refuses what cannot be quoted.
+//! The `safe` and `escape` filters are replaced so a template cannot switch the guard off.
+
+use minijinja::value::ValueKind;
+use minijinja::{Error, ErrorKind, Output, State, Value};
+
+/// Characters that may never appear in an unquoted token.
+fn forbidden_in_token(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%' | '`')
+}
+
+/// The formatter installed in the environment.
+pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
+    let text = match value.kind() {
+        ValueKind::Undefined | ValueKind::None => {
+            return Err(error("cannot print an undefined or none value"));
+        }
+        ValueKind::Bool | ValueKind::Number => value.to_string(),
+        ValueKind::String if value.is_safe() => {
+            // Only `q` produces safe strings (see `register`).
+            return out.write_str(value.as_str().unwrap_or_default()).map_err(write_error);
+        }
+        ValueKind::String => {
+            let s = value.as_str().unwrap_or_default();
+            if let Some(c) = s.chars().find(|c| forbidden_in_token(*c)) {
+                return Err(error(&format!(
+                    "refusing to print {s:?}: {c:?} could break out of its place in haproxy.cfg (use the q filter for quoted text)"
+                )));
+            }
+            s.to_string()
+        }
+        other => {
+            return Err(error(&format!(
+                "cannot print a {other} directly; iterate over it or pick a field"
+            )));
+        }
+    };
+    out.write_str(&text).map_err(write_error)
+}
+
+/// `{{ value|q }}`: a single-quoted HAProxy word.
+pub(crate) fn quote(value: &str) -> Result<Value, Error> {
+    if let Some(c) = value.chars().find(|c| c.is_control() || *c == '\'') {
+        return Err(error(&format!("cannot quote {value:?}: it contains {c:?}")));
+    }
+    Ok(Value::from_safe_string(format!("'{value}'")))
+}
+
+fn refuse_bypass(_value: Value) -> Result<Value, Error> {
+    Err(error(
+        "the safe and escape filters are disabled in Portcullis templates; use q for quoted text",
+    ))
+}
+
+/// Installs the guard and its filters.
+pub(crate) fn register(env: &mut minijinja::Environment<'static>) {
+    env.set_formatter(guard);
+    env.add_filter("q", quote);
+    env.add_filter("safe", refuse_bypass);
+    env.add_filter("escape", refuse_bypass);
+    env.add_filter("e", refuse_bypass);
+}
+
+fn error(message: &str) -> Error {
+    Error::new(ErrorKind::InvalidOperation, message.to_string())
+}
+
+fn write_error(_: std::fmt::Error) -> Error {
+    Error::new(ErrorKind::WriteFailure, "failed to write output")
+}
+
+#[cfg(test)]
+mod tests {
+    use minijinja::Environment;
+
+    use super::*;
+
+    fn env() -> Environment<'static> {
+        let mut env = Environment::new();
+        register(&mut env);
+        env
+    }
+
+    #[test]
+    fn tokens_pass_and_breakouts_are_refused() {
+        let env = env();
+        let ok = env.render_str("{{ a }} {{ n }}", minijinja::context! { a => "x_1.b", n => 5 });
+        assert_eq!(ok.unwrap(), "x_1.b 5");
+        for bad in ["a\nb", "a b", "a#b", "%[env(X)]", "$HOME", "it's", "a\"b"] {
+            let r = env.render_str("{{ a }}", minijinja::context! { a => bad });
+            assert!(r.is_err(), "{bad:?} was printed");
+        }
+    }
+
+    #[test]
+    fn q_quotes_and_cannot_be_bypassed() {
+        let env = env();
+        let r = env.render_str("{{ a|q }}", minijinja::context! { a => "max-age=1; x" });
+        assert_eq!(r.unwrap(), "'max-age=1; x'");
+        assert!(env
+            .render_str("{{ a|q }}", minijinja::context! { a => "it's" })
+            .is_err());
+        assert!(env
+            .render_str("{{ a|safe }}", minijinja::context! { a => "a\nb" })
+            .is_err());
+    }
+}

@@ -1,0 +1,253 @@
+//! Render: the model in, haproxy.cfg and its auxiliary files out. Pure and deterministic.
+//!
+//! haproxy.cfg comes from minijinja templates (bundled, overridable per site) with strict
+//! undefined behaviour and an output guard ([`formatter`]). Map files, the crt-list and PEM
+//! files are data, written by Rust.
+
+mod bundled;
+pub mod formatter;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::Serialize;
+
+use crate::layers::{self, ReadLayer, SourceFile};
+use crate::model::{MapEntry, Model};
+
+/// The template rendered into haproxy.cfg.
+pub const ENTRY_TEMPLATE: &str = "haproxy.cfg.j2";
+/// File names, relative to the config directory (HAProxy runs with `default-path config`).
+pub const CONFIG_FILE: &str = "haproxy.cfg";
+pub const EXACT_MAP: &str = "maps/exact.map";
+pub const PREFIX_MAP: &str = "maps/prefix.map";
+pub const SSL_REDIRECT_MAP: &str = "maps/ssl-redirect.map";
+pub const CRT_LIST: &str = "certs/crt-list.txt";
+
+/// Rendering failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    ReadTemplates(#[from] ReadLayer),
+    #[error("{file}: line {line}: {message}")]
+    TemplateCompile {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error("template {entry} is missing")]
+    MissingEntry { entry: &'static str },
+    #[error("{file}: line {line}: {message}")]
+    TemplateRender {
+        file: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{file}: refusing to write entry {line:?}: it is not a single key and value")]
+    UnsafeMapEntry { file: &'static str, line: String },
+    #[error("writing {path}: {source}")]
+    WriteFile {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// What templates see besides the model: where the auxiliary files are.
+#[derive(Debug, Serialize)]
+struct Files {
+    exact_map: &'static str,
+    prefix_map: &'static str,
+    ssl_redirect_map: &'static str,
+    crt_list: &'static str,
+}
+
+const FILES: Files = Files {
+    exact_map: EXACT_MAP,
+    prefix_map: PREFIX_MAP,
+    ssl_redirect_map: SSL_REDIRECT_MAP,
+    crt_list: CRT_LIST,
+};
+
+/// The rendered configuration: every file, by path relative to the config directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenderedConfig {
+    files: BTreeMap<String, Vec<u8>>,
+}
+
+impl RenderedConfig {
+    pub fn haproxy_cfg(&self) -> &str {
+        self.files
+            .get(CONFIG_FILE)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or_default()
+    }
+
+    pub fn files(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.files
+    }
+
+    /// Writes every file under `dir`, creating subdirectories.
+    pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
+        for (name, bytes) in &self.files {
+            let path = dir.join(name);
+            let write = || -> std::io::Result<()> {
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                let mut f = std::fs::File::create(&path)?;
+                f.write_all(bytes)?;
+                f.sync_all()
+            };
+            write().map_err(|source| RenderError::WriteFile {
+                path: path.display().to_string(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// Compiled templates.
+#[derive(Debug)]
+pub struct Renderer {
+    env: Environment<'static>,
+    templates: Vec<SourceFile>,
+}
+
+impl Renderer {
+    /// Compiles the bundled templates overlaid by `site_dir`. Every compile error is reported.
+    pub fn load(site_dir: Option<&Path>) -> Result<Self, Vec<RenderError>> {
+        let files = layers::effective(bundled::TEMPLATES, site_dir, "j2")
+            .map_err(|e| vec![RenderError::from(e)])?;
+        Self::compile(files)
+    }
+
+    pub fn compile(files: Vec<SourceFile>) -> Result<Self, Vec<RenderError>> {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        let mut syntax = minijinja::syntax::SyntaxConfig::builder();
+        syntax
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .keep_trailing_newline(true);
+        if let Ok(config) = syntax.build() {
+            env.set_syntax(config);
+        }
+        formatter::register(&mut env);
+        let mut errors = Vec::new();
+        for file in &files {
+            if let Err(e) = env.add_template_owned(file.name.clone(), file.text.clone()) {
+                errors.push(RenderError::TemplateCompile {
+                    file: file.display_name("templates"),
+                    line: e.line().unwrap_or(0),
+                    message: e.detail().unwrap_or("syntax error").to_string(),
+                });
+            }
+        }
+        if !files.iter().any(|f| f.name == ENTRY_TEMPLATE) {
+            errors.push(RenderError::MissingEntry {
+                entry: ENTRY_TEMPLATE,
+            });
+        }
+        if errors.is_empty() {
+            Ok(Self {
+                env,
+                templates: files,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// The effective template files.
+    pub fn templates(&self) -> &[SourceFile] {
+        &self.templates
+    }
+
+    /// Renders every file. The same model always gives the same bytes.
+    pub fn render(&self, model: &Model) -> Result<RenderedConfig, RenderError> {
+        let render_error = |e: minijinja::Error| {
+            let name = e.name().unwrap_or(ENTRY_TEMPLATE).to_string();
+            let file = self
+                .templates
+                .iter()
+                .find(|t| t.name == name)
+                .map_or(name, |t| t.display_name("templates"));
+            RenderError::TemplateRender {
+                file,
+                line: e.line().unwrap_or(0),
+                message: e.detail().map_or_else(|| e.to_string(), str::to_string),
+            }
+        };
+        let template = self.env.get_template(ENTRY_TEMPLATE).map_err(render_error)?;
+        let ctx = minijinja::context! {
+            model => minijinja::Value::from(minijinja::value::Serde(model)),
+            files => minijinja::Value::from(minijinja::value::Serde(FILES)),
+        };
+        let mut cfg = template.render(ctx).map_err(render_error)?;
+        if !cfg.ends_with('\n') {
+            cfg.push('\n');
+        }
+        let mut files = BTreeMap::new();
+        files.insert(CONFIG_FILE.to_string(), cfg.into_bytes());
+        files.insert(EXACT_MAP.to_string(), map_file(EXACT_MAP, &model.maps.exact)?);
+        files.insert(
+            PREFIX_MAP.to_string(),
+            map_file(PREFIX_MAP, &model.maps.prefix)?,
+        );
+        files.insert(
+            SSL_REDIRECT_MAP.to_string(),
+            map_file(SSL_REDIRECT_MAP, &model.maps.ssl_redirect)?,
+        );
+        if model.tls.enabled() {
+            let mut list = String::new();
+            for entry in &model.tls.crt_list {
+                let mut line = entry.path.clone();
+                for sni in &entry.sni {
+                    line.push(' ');
+                    line.push_str(sni);
+                }
+                check_map_line(CRT_LIST, &line, usize::MAX)?;
+                list.push_str(&line);
+                list.push('\n');
+            }
+            files.insert(CRT_LIST.to_string(), list.into_bytes());
+            for pem in &model.tls.pem_files {
+                files.insert(pem.path.clone(), pem.content.clone().into_bytes());
+            }
+        }
+        Ok(RenderedConfig { files })
+    }
+}
+
+fn map_file(name: &'static str, entries: &[MapEntry]) -> Result<Vec<u8>, RenderError> {
+    let mut out = String::new();
+    for e in entries {
+        let line = format!("{} {}", e.key, e.value);
+        check_map_line(name, &line, 2)?;
+        out.push_str(&line);
+        out.push('\n');
+    }
+    Ok(out.into_bytes())
+}
+
+/// Defence in depth: map and crt-list lines hold only validated words. A line that does not
+/// split into the expected words, or holds a character HAProxy treats specially, is a bug
+/// upstream; refuse to write it rather than let it change the meaning of the file.
+fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), RenderError> {
+    let count = line.split(' ').count();
+    let bad_char = line
+        .chars()
+        .any(|c| c.is_control() || matches!(c, '#' | '\'' | '"' | '\\' | '$'));
+    let bad_words = line.split(' ').any(str::is_empty) || (words != usize::MAX && count != words);
+    if bad_char || bad_words {
+        return Err(RenderError::UnsafeMapEntry {
+            file,
+            line: line.to_string(),
+        });
+    }
+    Ok(())
+}
