@@ -164,19 +164,27 @@ pub fn parse_header_value(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// Header lines as the incumbent writes them: one `Name value` per line.
+/// Header lines as the incumbent writes them: one `Name value` per line. A line may not start
+/// with whitespace (that would be an obsolete folded continuation, which RFC 9112 forbids) and
+/// no control character other than the line feeds is allowed.
 pub fn parse_header_lines(v: &str) -> ParseResult<Vec<(String, String)>> {
+    if let Some(c) = v.chars().find(|c| c.is_control() && *c != '\n') {
+        return Err(format!("{v:?} contains the control character {c:?}"));
+    }
     let mut out = Vec::new();
-    for (i, line) in v.lines().enumerate() {
-        let line = line.trim();
+    for (i, line) in v.split('\n').enumerate() {
         if line.is_empty() {
             continue;
         }
+        let n = i + 1;
+        if line.starts_with(char::is_whitespace) {
+            return Err(format!("line {n}: {line:?} starts with whitespace"));
+        }
         let (name, value) = line
-            .split_once(char::is_whitespace)
-            .ok_or_else(|| format!("line {}: {line:?} is not 'Header-Name value'", i + 1))?;
-        let name = parse_header_name(name).map_err(|e| format!("line {}: {e}", i + 1))?;
-        let value = parse_header_value(value.trim()).map_err(|e| format!("line {}: {e}", i + 1))?;
+            .split_once(' ')
+            .ok_or_else(|| format!("line {n}: {line:?} is not 'Header-Name value'"))?;
+        let name = parse_header_name(name).map_err(|e| format!("line {n}: {e}"))?;
+        let value = parse_header_value(value.trim()).map_err(|e| format!("line {n}: {e}"))?;
         out.push((name, value));
     }
     if out.is_empty() {

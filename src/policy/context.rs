@@ -267,7 +267,12 @@ fn strings_to_array(v: Vec<String>) -> Dynamic {
 /// The incumbent's `path-rewrite` syntax: one word replaces the whole path, two words are a
 /// regex and its replacement.
 pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
-    let words: Vec<&str> = v.split_ascii_whitespace().collect();
+    if v.trim() != v || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{v:?} has leading or trailing whitespace or control characters"
+        ));
+    }
+    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
     match words.as_slice() {
         [repl] => Ok(("(.*)".to_string(), values::parse_replacement(repl)?)),
         [re, repl] => Ok((values::parse_regex(re)?, values::parse_replacement(repl)?)),
@@ -282,7 +287,10 @@ pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
 
 /// `check-http`: `URI` or `METHOD URI`.
 pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
-    let words: Vec<&str> = v.split_ascii_whitespace().collect();
+    if v.chars().any(char::is_control) {
+        return Err(format!("{v:?} contains control characters"));
+    }
+    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
     match words.as_slice() {
         [uri] => Ok(("GET".to_string(), values::parse_path(uri)?)),
         [method, uri] => Ok((
