@@ -3,6 +3,7 @@
 //! field; everything else still renders and passes `haproxy -c`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use clap::Parser;
 use portcullis::cli::{Cli, Command};
 use portcullis::objects::Object;
 use portcullis::pipeline::Pipeline;
@@ -178,31 +179,21 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
     (objects, expected, good_hosts)
 }
 
+/// The pipeline as `portcullis render --configmap inj/config` builds it.
 fn pipeline() -> Pipeline {
-    let cli = Cli::try_parse_from_args();
+    let cli = Cli::try_parse_from([
+        "portcullis",
+        "render",
+        "--manifests",
+        "unused",
+        "--configmap",
+        "inj/config",
+    ])
+    .unwrap();
     let Command::Render(args) = cli.command else {
-        unreachable!()
+        unreachable!("parsed a render command")
     };
     Pipeline::load(None, None, args.pipeline.translate_config()).unwrap()
-}
-
-trait ParseArgs {
-    fn try_parse_from_args() -> Cli;
-}
-
-impl ParseArgs for Cli {
-    fn try_parse_from_args() -> Cli {
-        use clap::Parser;
-        Cli::try_parse_from([
-            "portcullis",
-            "render",
-            "--manifests",
-            "unused",
-            "--configmap",
-            "inj/config",
-        ])
-        .unwrap()
-    }
 }
 
 #[test]
