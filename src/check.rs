@@ -9,10 +9,7 @@ use crate::render::{CONFIG_FILE, RenderError, RenderedConfig};
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error("cannot run {bin}: {source}")]
-    Spawn {
-        bin: String,
-        source: std::io::Error,
-    },
+    Spawn { bin: String, source: std::io::Error },
     #[error("creating a temporary directory: {0}")]
     TempDir(std::io::Error),
     #[error(transparent)]

@@ -131,8 +131,7 @@ fn parse_cidr(item: &str) -> ParseResult<String> {
 pub fn parse_header_name(v: &str) -> ParseResult<String> {
     let ok = !v.is_empty()
         && v.len() <= 256
-        && v
-            .bytes()
+        && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if ok {
         Ok(v.to_string())
@@ -206,7 +205,11 @@ pub fn parse_host(v: &str) -> ParseResult<String> {
     if rest.parse::<IpAddr>().is_ok() || rest.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
         return Err(format!("{v:?} is an IP address, not a host name"));
     }
-    Ok(if wild { format!("*.{rest}") } else { rest.to_string() })
+    Ok(if wild {
+        format!("*.{rest}")
+    } else {
+        rest.to_string()
+    })
 }
 
 /// A host with an optional `:port`, as a Host header carries it (no wildcard).
@@ -290,7 +293,9 @@ pub fn parse_regex(v: &str) -> ParseResult<String> {
         .chars()
         .find(|&c| !('!'..='~').contains(&c) || matches!(c, '\'' | '"' | '#' | '%'))
     {
-        return Err(format!("{v:?} contains {bad:?}, which is not allowed in a regex"));
+        return Err(format!(
+            "{v:?} contains {bad:?}, which is not allowed in a regex"
+        ));
     }
     let chars: Vec<char> = v.chars().collect();
     for (i, c) in chars.iter().enumerate() {

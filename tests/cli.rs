@@ -81,7 +81,11 @@ fn script_compile_error_names_the_site_file() {
         site.path().to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("mine.rhai: line 1"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("mine.rhai: line 1"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Replicas agree: the same cluster state renders byte-identical files whatever order the
 //! objects and events arrived in, and however endpoints are ordered or split across slices.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::needless_pass_by_value, clippy::type_complexity)]
 
 use std::collections::BTreeMap;
 
@@ -196,10 +197,8 @@ fn replay(objects: &[Object], stale: &[Object], ghosts: &[Object], rng: &mut Rng
         e.push(Some(o.clone()));
         e.push(None);
     }
-    let mut queues: Vec<((Kind, Key), std::collections::VecDeque<Option<Object>>)> = per_object
-        .into_iter()
-        .map(|(k, v)| (k, v.into()))
-        .collect();
+    let mut queues: Vec<((Kind, Key), std::collections::VecDeque<Option<Object>>)> =
+        per_object.into_iter().map(|(k, v)| (k, v.into())).collect();
     let mut store = Store::new();
     while !queues.is_empty() {
         let i = rng.below(queues.len() as u64) as usize;

@@ -2,6 +2,7 @@
 //! reference carrying a break-out attempt is refused with an error naming the object and the
 //! field; everything else still renders and passes `haproxy -c`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::needless_pass_by_value, clippy::type_complexity)]
 
 use clap::Parser;
 use portcullis::cli::{Cli, Command};
@@ -122,7 +123,10 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
         let mut svc_annotations = serde_json::Map::new();
         for a in SERVICE_ANNOTATIONS {
             svc_annotations.insert(format!("haproxy.org/{a}"), json!(payload));
-            expected.push((format!("Service inj/{svc}"), format!("annotation haproxy.org/{a}")));
+            expected.push((
+                format!("Service inj/{svc}"),
+                format!("annotation haproxy.org/{a}"),
+            ));
         }
         objects.extend(service(&svc, serde_json::Value::Object(svc_annotations)));
 
@@ -146,7 +150,8 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
                  "backend": {"service": {"name": "web", "port": {"name": format!("http{payload}")}}}},
             ]}},
         ]);
-        let tls = json!([{"hosts": [format!("t{i}{payload}")], "secretName": format!("s{payload}")}]);
+        let tls =
+            json!([{"hosts": [format!("t{i}{payload}")], "secretName": format!("s{payload}")}]);
         for field in [
             "spec.rules[1].host",
             "spec.rules[2].http.paths[0].path",
@@ -166,7 +171,10 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
         ));
         good_hosts.push(format!("{name}.example.com/ok"));
 
-        configmap.insert(CONFIGMAP_KEYS[i % CONFIGMAP_KEYS.len()].to_string(), json!(payload));
+        configmap.insert(
+            CONFIGMAP_KEYS[i % CONFIGMAP_KEYS.len()].to_string(),
+            json!(payload),
+        );
     }
     for key in configmap.keys() {
         expected.push(("ConfigMap inj/config".to_string(), format!("key {key}")));
@@ -234,7 +242,10 @@ fn hostile_values_are_refused_named_and_contained() {
         .map(|e| e.key.as_str())
         .collect();
     for host in &good_hosts {
-        assert!(exact.contains(&host.as_str()), "{host} missing from {exact:?}");
+        assert!(
+            exact.contains(&host.as_str()),
+            "{host} missing from {exact:?}"
+        );
     }
     // One backend per payload Service; `web` is only referenced by refused paths.
     assert_eq!(output.model.backends.len(), PAYLOADS.len());
@@ -276,6 +287,12 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
         "{diagnostics:?}"
     );
     // The script's valid settings still apply.
-    assert!(output.model.backends.iter().all(|b| b.settings.maxconn == Some(10)));
+    assert!(
+        output
+            .model
+            .backends
+            .iter()
+            .all(|b| b.settings.maxconn == Some(10))
+    );
     portcullis::check::check_config("haproxy", &output.rendered).unwrap();
 }

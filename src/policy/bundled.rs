@@ -2,18 +2,48 @@
 
 /// (file name, source) of every bundled script.
 pub(crate) const SCRIPTS: &[(&str, &str)] = &[
-    ("access-list.rhai", include_str!("../../scripts/access-list.rhai")),
+    (
+        "access-list.rhai",
+        include_str!("../../scripts/access-list.rhai"),
+    ),
     ("check.rhai", include_str!("../../scripts/check.rhai")),
-    ("forwarded-for.rhai", include_str!("../../scripts/forwarded-for.rhai")),
-    ("load-balance.rhai", include_str!("../../scripts/load-balance.rhai")),
-    ("path-rewrite.rhai", include_str!("../../scripts/path-rewrite.rhai")),
-    ("pod-maxconn.rhai", include_str!("../../scripts/pod-maxconn.rhai")),
-    ("request-set-header.rhai", include_str!("../../scripts/request-set-header.rhai")),
-    ("response-set-header.rhai", include_str!("../../scripts/response-set-header.rhai")),
-    ("scale-server-slots.rhai", include_str!("../../scripts/scale-server-slots.rhai")),
-    ("server-ssl.rhai", include_str!("../../scripts/server-ssl.rhai")),
+    (
+        "forwarded-for.rhai",
+        include_str!("../../scripts/forwarded-for.rhai"),
+    ),
+    (
+        "load-balance.rhai",
+        include_str!("../../scripts/load-balance.rhai"),
+    ),
+    (
+        "path-rewrite.rhai",
+        include_str!("../../scripts/path-rewrite.rhai"),
+    ),
+    (
+        "pod-maxconn.rhai",
+        include_str!("../../scripts/pod-maxconn.rhai"),
+    ),
+    (
+        "request-set-header.rhai",
+        include_str!("../../scripts/request-set-header.rhai"),
+    ),
+    (
+        "response-set-header.rhai",
+        include_str!("../../scripts/response-set-header.rhai"),
+    ),
+    (
+        "scale-server-slots.rhai",
+        include_str!("../../scripts/scale-server-slots.rhai"),
+    ),
+    (
+        "server-ssl.rhai",
+        include_str!("../../scripts/server-ssl.rhai"),
+    ),
     ("set-host.rhai", include_str!("../../scripts/set-host.rhai")),
-    ("ssl-redirect.rhai", include_str!("../../scripts/ssl-redirect.rhai")),
+    (
+        "ssl-redirect.rhai",
+        include_str!("../../scripts/ssl-redirect.rhai"),
+    ),
     ("timeouts.rhai", include_str!("../../scripts/timeouts.rhai")),
 ];
 

@@ -16,7 +16,8 @@ use crate::values::{self, ParseResult};
 
 /// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
 /// prefixes are accepted so its manifests work unchanged.
-pub const ANNOTATION_PREFIXES: &[&str] = &["portcullis.io/", "haproxy.org/", "ingress.kubernetes.io/"];
+pub const ANNOTATION_PREFIXES: &[&str] =
+    &["portcullis.io/", "haproxy.org/", "ingress.kubernetes.io/"];
 
 /// Where settings are read from, in precedence order.
 #[derive(Debug, Clone)]
@@ -146,10 +147,7 @@ impl HookContext {
     }
 
     fn has(&mut self, name: &str) -> bool {
-        self.inner
-            .sources
-            .iter()
-            .any(|s| s.lookup(name).is_some())
+        self.inner.sources.iter().any(|s| s.lookup(name).is_some())
     }
 
     fn get_bool(&mut self, name: &str) -> Dynamic {
@@ -223,17 +221,20 @@ impl HookContext {
     /// `REPLACEMENT` or `REGEX REPLACEMENT` → `[regex, replacement]`.
     fn get_rewrite(&mut self, name: &str) -> Dynamic {
         self.typed(name, parse_rewrite)
-            .map_or(Dynamic::UNIT, |(r, s)| Dynamic::from_array(vec![r.into(), s.into()]))
+            .map_or(Dynamic::UNIT, |(r, s)| {
+                Dynamic::from_array(vec![r.into(), s.into()])
+            })
     }
 
     /// `[METHOD] URI` → `#{method, uri}`.
     fn get_http_check(&mut self, name: &str) -> Dynamic {
-        self.typed(name, parse_http_check).map_or(Dynamic::UNIT, |(m, u)| {
-            let mut map = Map::new();
-            map.insert("method".into(), m.into());
-            map.insert("uri".into(), u.into());
-            Dynamic::from_map(map)
-        })
+        self.typed(name, parse_http_check)
+            .map_or(Dynamic::UNIT, |(m, u)| {
+                let mut map = Map::new();
+                map.insert("method".into(), m.into());
+                map.insert("uri".into(), u.into());
+                Dynamic::from_map(map)
+            })
     }
 
     fn warn(&mut self, message: &str) {
@@ -305,8 +306,12 @@ pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
 pub(crate) fn register(engine: &mut Engine) {
     engine
         .register_type_with_name::<HookContext>("Context")
-        .register_get("kind", |c: &mut HookContext| c.subject().kind.as_str().to_string())
-        .register_get("namespace", |c: &mut HookContext| c.subject().namespace.clone())
+        .register_get("kind", |c: &mut HookContext| {
+            c.subject().kind.as_str().to_string()
+        })
+        .register_get("namespace", |c: &mut HookContext| {
+            c.subject().namespace.clone()
+        })
         .register_get("name", |c: &mut HookContext| c.subject().name.clone())
         .register_fn("fact", HookContext::fact)
         .register_fn("has", HookContext::has)

@@ -11,7 +11,7 @@ pub mod settings;
 
 use std::path::Path;
 
-use rhai::{CallFnOptions, Dynamic, Engine, Map, Scope, AST};
+use rhai::{AST, CallFnOptions, Dynamic, Engine, Map, Scope};
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
 use crate::layers::{self, ReadLayer, SourceFile};
@@ -127,7 +127,9 @@ impl PolicyEngine {
 
     pub fn run_global(&self, ctx: &HookContext, diags: &mut Diagnostics) -> GlobalSettings {
         let mut out = GlobalSettings::default();
-        self.run(Hook::Global, ctx, diags, |m| settings::apply_global(m, &mut out));
+        self.run(Hook::Global, ctx, diags, |m| {
+            settings::apply_global(m, &mut out)
+        });
         out
     }
 
@@ -141,7 +143,9 @@ impl PolicyEngine {
 
     pub fn run_route(&self, ctx: &HookContext, diags: &mut Diagnostics) -> RouteOutcome {
         let mut out = RouteOutcome::default();
-        self.run(Hook::Route, ctx, diags, |m| settings::apply_route(m, &mut out));
+        self.run(Hook::Route, ctx, diags, |m| {
+            settings::apply_route(m, &mut out)
+        });
         out
     }
 
@@ -270,7 +274,10 @@ mod tests {
     fn eval_and_import_are_refused_at_compile_time() {
         for text in [r#"fn backend(ctx) { eval("1") }"#, r#"import "x" as y;"#] {
             let err = PolicyEngine::compile(vec![source("bad.rhai", text)]).unwrap_err();
-            assert!(matches!(err[0], PolicyError::ScriptCompile { .. }), "{text}");
+            assert!(
+                matches!(err[0], PolicyError::ScriptCompile { .. }),
+                "{text}"
+            );
         }
     }
 

@@ -2,15 +2,42 @@
 
 /// (name, source) of every bundled template.
 pub(crate) const TEMPLATES: &[(&str, &str)] = &[
-    ("haproxy.cfg.j2", include_str!("../../templates/haproxy.cfg.j2")),
-    ("parts/backend.j2", include_str!("../../templates/parts/backend.j2")),
-    ("parts/default-backend.j2", include_str!("../../templates/parts/default-backend.j2")),
-    ("parts/defaults.j2", include_str!("../../templates/parts/defaults.j2")),
-    ("parts/frontend-http.j2", include_str!("../../templates/parts/frontend-http.j2")),
-    ("parts/frontend-https.j2", include_str!("../../templates/parts/frontend-https.j2")),
-    ("parts/global.j2", include_str!("../../templates/parts/global.j2")),
-    ("parts/routing.j2", include_str!("../../templates/parts/routing.j2")),
-    ("parts/use-backend.j2", include_str!("../../templates/parts/use-backend.j2")),
+    (
+        "haproxy.cfg.j2",
+        include_str!("../../templates/haproxy.cfg.j2"),
+    ),
+    (
+        "parts/backend.j2",
+        include_str!("../../templates/parts/backend.j2"),
+    ),
+    (
+        "parts/default-backend.j2",
+        include_str!("../../templates/parts/default-backend.j2"),
+    ),
+    (
+        "parts/defaults.j2",
+        include_str!("../../templates/parts/defaults.j2"),
+    ),
+    (
+        "parts/frontend-http.j2",
+        include_str!("../../templates/parts/frontend-http.j2"),
+    ),
+    (
+        "parts/frontend-https.j2",
+        include_str!("../../templates/parts/frontend-https.j2"),
+    ),
+    (
+        "parts/global.j2",
+        include_str!("../../templates/parts/global.j2"),
+    ),
+    (
+        "parts/routing.j2",
+        include_str!("../../templates/parts/routing.j2"),
+    ),
+    (
+        "parts/use-backend.j2",
+        include_str!("../../templates/parts/use-backend.j2"),
+    ),
 ];
 
 #[cfg(test)]
@@ -21,7 +48,12 @@ mod tests {
             if path.is_dir() {
                 walk(&path, root, out);
             } else if path.extension().is_some_and(|e| e == "j2") {
-                out.push(path.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+                out.push(
+                    path.strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
             }
         }
     }

@@ -10,9 +10,7 @@ use minijinja::{Error, ErrorKind, Output, State, Value};
 
 /// Characters that may never appear in an unquoted token.
 fn forbidden_in_token(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%' | '`')
+    c.is_whitespace() || c.is_control() || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%' | '`')
 }
 
 /// The formatter installed in the environment.
@@ -24,7 +22,9 @@ pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Resu
         ValueKind::Bool | ValueKind::Number => value.to_string(),
         ValueKind::String if value.is_safe() => {
             // Only `q` produces safe strings (see `register`).
-            return out.write_str(value.as_str().unwrap_or_default()).map_err(write_error);
+            return out
+                .write_str(value.as_str().unwrap_or_default())
+                .map_err(write_error);
         }
         ValueKind::String => {
             let s = value.as_str().unwrap_or_default();
@@ -90,7 +90,10 @@ mod tests {
     #[test]
     fn tokens_pass_and_breakouts_are_refused() {
         let env = env();
-        let ok = env.render_str("{{ a }} {{ n }}", minijinja::context! { a => "x_1.b", n => 5 });
+        let ok = env.render_str(
+            "{{ a }} {{ n }}",
+            minijinja::context! { a => "x_1.b", n => 5 },
+        );
         assert_eq!(ok.unwrap(), "x_1.b 5");
         for bad in ["a\nb", "a b", "a#b", "%[env(X)]", "$HOME", "it's", "a\"b"] {
             let r = env.render_str("{{ a }}", minijinja::context! { a => bad });
@@ -103,11 +106,13 @@ mod tests {
         let env = env();
         let r = env.render_str("{{ a|q }}", minijinja::context! { a => "max-age=1; x" });
         assert_eq!(r.unwrap(), "'max-age=1; x'");
-        assert!(env
-            .render_str("{{ a|q }}", minijinja::context! { a => "it's" })
-            .is_err());
-        assert!(env
-            .render_str("{{ a|safe }}", minijinja::context! { a => "a\nb" })
-            .is_err());
+        assert!(
+            env.render_str("{{ a|q }}", minijinja::context! { a => "it's" })
+                .is_err()
+        );
+        assert!(
+            env.render_str("{{ a|safe }}", minijinja::context! { a => "a\nb" })
+                .is_err()
+        );
     }
 }

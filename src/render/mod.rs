@@ -182,7 +182,10 @@ impl Renderer {
                 message: e.detail().map_or_else(|| e.to_string(), str::to_string),
             }
         };
-        let template = self.env.get_template(ENTRY_TEMPLATE).map_err(render_error)?;
+        let template = self
+            .env
+            .get_template(ENTRY_TEMPLATE)
+            .map_err(render_error)?;
         let ctx = minijinja::context! {
             model => minijinja::Value::from(minijinja::value::Serde(model)),
             files => minijinja::Value::from(minijinja::value::Serde(FILES)),
@@ -193,7 +196,10 @@ impl Renderer {
         }
         let mut files = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg.into_bytes());
-        files.insert(EXACT_MAP.to_string(), map_file(EXACT_MAP, &model.maps.exact)?);
+        files.insert(
+            EXACT_MAP.to_string(),
+            map_file(EXACT_MAP, &model.maps.exact)?,
+        );
         files.insert(
             PREFIX_MAP.to_string(),
             map_file(PREFIX_MAP, &model.maps.prefix)?,

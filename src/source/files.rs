@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
-use crate::objects::{Kind, Key, Object, ParseError};
+use crate::objects::{Key, Kind, Object, ParseError};
 
 /// Errors that stop the whole source (as opposed to one bad document).
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,9 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
                 Ok(serde_json::Value::Null) => continue,
                 Ok(v) => expand_list(v),
                 Err(reason) => {
-                    loaded.diagnostics.push(document_error(&display, index, reason));
+                    loaded
+                        .diagnostics
+                        .push(document_error(&display, index, reason));
                     continue;
                 }
             };
@@ -82,9 +84,11 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
                         loaded.objects.push(object);
                     }
                     Err(ParseError::UnsupportedKind(_)) => {}
-                    Err(e) => loaded
-                        .diagnostics
-                        .push(document_error(&display, index, e.to_string())),
+                    Err(e) => {
+                        loaded
+                            .diagnostics
+                            .push(document_error(&display, index, e.to_string()))
+                    }
                 }
             }
         }

@@ -18,8 +18,8 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
-    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings,
-    ServerSlot, Tls,
+    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlot,
+    Tls,
 };
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::policy::{HookContext, PolicyEngine, ValueSource};
@@ -27,7 +27,7 @@ use crate::store::Store;
 use crate::values;
 
 use backends::ResolvedPort;
-use routes::{PathKind, RouteCandidate};
+use routes::{PathKind, RedirectClaim, RouteCandidate};
 
 /// Everything translation needs besides the store: flags, parsed once.
 #[derive(Debug, Clone)]
@@ -79,7 +79,11 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
             || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
             |k| ObjectRef::new(Kind::ConfigMap, k),
         );
-        let ctx = HookContext::new(subject, t.config_map.iter().cloned().collect(), BTreeMap::new());
+        let ctx = HookContext::new(
+            subject,
+            t.config_map.iter().cloned().collect(),
+            BTreeMap::new(),
+        );
         policy.run_global(&ctx, &mut t.diags)
     };
     if let Some(key) = &config.default_backend_service {
@@ -91,8 +95,10 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
         &config.controller_class,
         config.watch_ingress_without_class,
     );
-    let mut ingresses: Vec<(&Key, &Arc<Ingress>)> =
-        store.ingresses().filter(|(_, i)| filter.accepts(i)).collect();
+    let mut ingresses: Vec<(&Key, &Arc<Ingress>)> = store
+        .ingresses()
+        .filter(|(_, i)| filter.accepts(i))
+        .collect();
     // Oldest first: where two Ingresses claim the same thing, the older one wins.
     ingresses.sort_by(|a, b| {
         let age = |i: &Ingress| i.metadata.creation_timestamp.clone().map(|t| t.0);
@@ -115,8 +121,7 @@ struct Translator<'a> {
     config_map: Option<ValueSource>,
     backends: BTreeMap<String, BackendBuild>,
     routes: Vec<RouteCandidate>,
-    /// (host, code, ingress rank, ingress) for ssl-redirect.
-    redirects: Vec<(String, u16, usize, ObjectRef)>,
+    redirects: Vec<RedirectClaim>,
     tls_entries: Vec<CrtListEntry>,
     pem_files: BTreeMap<String, String>,
     default_backend: Option<(String, ObjectRef)>,
@@ -176,9 +181,7 @@ impl Translator<'_> {
                 let name = self.register_backend(key, resolved, None);
                 self.default_backend = Some((name, object));
             }
-            Err(e) => self
-                .diags
-                .object(Severity::Error, &object, "spec.ports", e),
+            Err(e) => self.diags.object(Severity::Error, &object, "spec.ports", e),
         }
     }
 
@@ -256,7 +259,10 @@ impl Translator<'_> {
         let Some(spec) = &ingress.spec else {
             return;
         };
-        let mut sources = vec![ValueSource::annotations(object.clone(), annotations.clone())];
+        let mut sources = vec![ValueSource::annotations(
+            object.clone(),
+            annotations.clone(),
+        )];
         sources.extend(self.config_map.iter().cloned());
 
         if let Some(default) = &spec.default_backend {
@@ -316,9 +322,12 @@ impl Translator<'_> {
                         continue;
                     }
                 };
-                let Some(backend) =
-                    self.ingress_backend(&object, &annotations, &path.backend, &format!("{field}.backend"))
-                else {
+                let Some(backend) = self.ingress_backend(
+                    &object,
+                    &annotations,
+                    &path.backend,
+                    &format!("{field}.backend"),
+                ) else {
                     continue;
                 };
                 let facts = BTreeMap::from([
@@ -409,8 +418,12 @@ impl Translator<'_> {
             // A TLS host without a rule of its own follows the Ingress' first route.
             let decision = by_host.get(host).or_else(|| by_host.values().next());
             if let Some((true, code)) = decision {
-                self.redirects
-                    .push((host.clone(), *code, rank, object.clone()));
+                self.redirects.push(RedirectClaim {
+                    host: host.clone(),
+                    code: *code,
+                    rank,
+                    ingress: object.clone(),
+                });
             }
         }
     }
@@ -428,7 +441,13 @@ impl Translator<'_> {
 
     fn default_certificate(&mut self, key: &Key) {
         match self.certificate(key) {
-            Ok(path) => self.tls_entries.insert(0, CrtListEntry { path, sni: Vec::new() }),
+            Ok(path) => self.tls_entries.insert(
+                0,
+                CrtListEntry {
+                    path,
+                    sni: Vec::new(),
+                },
+            ),
             Err(e) => self.diags.object(
                 Severity::Error,
                 &ObjectRef::new(Kind::Secret, key),
@@ -439,12 +458,11 @@ impl Translator<'_> {
     }
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
-        let maps_and_codes = routes::build_maps(
-            std::mem::take(&mut self.routes),
+        let (maps, redirect_codes) = routes::build_maps(
+            &std::mem::take(&mut self.routes),
             std::mem::take(&mut self.redirects),
             &mut self.diags,
         );
-        let (maps, redirect_codes) = maps_and_codes;
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
@@ -503,7 +521,10 @@ impl Translator<'_> {
             Arc::new(service_annotations),
         )];
         if let Some((object, annotations)) = &build.ingress {
-            sources.push(ValueSource::annotations(object.clone(), annotations.clone()));
+            sources.push(ValueSource::annotations(
+                object.clone(),
+                annotations.clone(),
+            ));
         }
         sources.extend(self.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
@@ -550,4 +571,3 @@ fn policy_id(settings: &RouteSettings) -> String {
     let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
     format!("p{hex}")
 }
-

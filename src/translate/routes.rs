@@ -84,14 +84,27 @@ fn entries(route: &RouteCandidate) -> Vec<(Table, String, u8)> {
     }
 }
 
-/// Builds the routing and redirect maps. `redirects` are (host, code, rank, ingress).
+/// An Ingress asking for HTTP→HTTPS redirects on a TLS host.
+#[derive(Debug, Clone)]
+pub struct RedirectClaim {
+    pub host: String,
+    pub code: u16,
+    /// Age rank of the Ingress (0 = oldest).
+    pub rank: usize,
+    pub ingress: ObjectRef,
+}
+
+/// Map keys and the routes claiming them, with their specificity and age rank.
+type Claims<'a> = BTreeMap<(Table, String), Vec<(u8, usize, &'a RouteCandidate)>>;
+
+/// Builds the routing and redirect maps, and the redirect codes in use.
 pub fn build_maps(
-    routes: Vec<RouteCandidate>,
-    redirects: Vec<(String, u16, usize, ObjectRef)>,
+    routes: &[RouteCandidate],
+    redirects: Vec<RedirectClaim>,
     diags: &mut Diagnostics,
 ) -> (RouteMaps, Vec<u16>) {
-    let mut claims: BTreeMap<(Table, String), Vec<(u8, usize, &RouteCandidate)>> = BTreeMap::new();
-    for route in &routes {
+    let mut claims: Claims<'_> = BTreeMap::new();
+    for route in routes {
         for (table, key, specificity) in entries(route) {
             claims
                 .entry((table, key))
@@ -130,8 +143,11 @@ pub fn build_maps(
     }
 
     let mut by_host: BTreeMap<String, Vec<(usize, u16, ObjectRef)>> = BTreeMap::new();
-    for (host, code, rank, ingress) in redirects {
-        by_host.entry(host).or_default().push((rank, code, ingress));
+    for r in redirects {
+        by_host
+            .entry(r.host)
+            .or_default()
+            .push((r.rank, r.code, r.ingress));
     }
     let mut codes = BTreeSet::new();
     for (host, mut claims) in by_host {
@@ -185,7 +201,7 @@ mod tests {
     fn prefix_is_element_wise_and_exact_wins() {
         let mut diags = Diagnostics::new();
         let (maps, _) = build_maps(
-            vec![
+            &[
                 route("a.com", "/foo/", PathKind::Prefix, "b1", 0),
                 route("a.com", "/foo", PathKind::Exact, "b2", 1),
                 route("", "/", PathKind::Prefix, "b3", 0),

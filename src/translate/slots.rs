@@ -86,13 +86,11 @@ mod tests {
     }
 
     fn endpoint_set() -> impl Strategy<Value = Vec<Endpoint>> {
-        prop::collection::btree_set((0u8..=255, 0u8..=255, 8000u16..8004), 1..40).prop_map(
-            |set| {
-                set.into_iter()
-                    .map(|(a, b, p)| (format!("10.0.{a}.{b}"), p))
-                    .collect()
-            },
-        )
+        prop::collection::btree_set((0u8..=255, 0u8..=255, 8000u16..8004), 1..40).prop_map(|set| {
+            set.into_iter()
+                .map(|(a, b, p)| (format!("10.0.{a}.{b}"), p))
+                .collect()
+        })
     }
 
     #[test]
@@ -156,9 +154,15 @@ mod tests {
             sorted.push((format!("10.200.{round}.1"), 8080));
             sorted.sort();
             let after = placement(&sorted, 42);
-            total_moved += before.iter().filter(|(e, s)| after.get(*e) != Some(*s)).count();
+            total_moved += before
+                .iter()
+                .filter(|(e, s)| after.get(*e) != Some(*s))
+                .count();
         }
         // Filling slots in sorted order would move about half of them (~3000 in total).
-        assert!(total_moved < 300, "moved {total_moved} endpoints in 300 additions");
+        assert!(
+            total_moved < 300,
+            "moved {total_moved} endpoints in 300 additions"
+        );
     }
 }
