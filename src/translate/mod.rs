@@ -458,9 +458,15 @@ impl Translator<'_> {
     }
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
+        // Without a certificate there is no HTTPS frontend to redirect to.
+        let redirects = if self.tls_entries.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.redirects)
+        };
         let (maps, redirect_codes) = routes::build_maps(
             &std::mem::take(&mut self.routes),
-            std::mem::take(&mut self.redirects),
+            redirects,
             &mut self.diags,
         );
 
