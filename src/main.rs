@@ -58,7 +58,7 @@ fn main() -> ExitCode {
                 Ok(()) => {
                     let m = &output.model;
                     println_out(&format!(
-                        "ok: {} backends, {} routes, {} certificates, {} diagnostics; haproxy -c accepted the configuration",
+                        "ok: {} backends, {} routing map entries, {} certificates, {} diagnostics; haproxy -c accepted the configuration",
                         m.backends.len(),
                         m.maps.exact.len() + m.maps.prefix.len(),
                         m.tls.pem_files.len(),
@@ -90,7 +90,9 @@ fn run_pipeline(args: &PipelineArgs) -> Result<Output, ExitCode> {
         args.translate_config(),
     )
     .map_err(|e| {
-        eprintln!("error: {e}");
+        for line in e.to_string().lines() {
+            eprintln!("error: {line}");
+        }
         ExitCode::from(exit::INPUT)
     })?;
     let loaded = files::load_dir(&args.manifests).map_err(|e| {

@@ -287,8 +287,8 @@ impl Object {
             field,
             reason,
         };
-        // Service names become part of backend names: they must be DNS-1035 labels, as the
-        // API server enforces. Other names are DNS-1123 subdomains.
+        // Service names become part of backend names: they must be single DNS labels (no
+        // dots), as the API server enforces. Other names are DNS-1123 subdomains.
         match kind {
             Kind::Service => validate_dns_label(&name),
             _ => validate_dns_subdomain(&name),

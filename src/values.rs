@@ -221,7 +221,8 @@ pub fn parse_host_header(v: &str) -> ParseResult<String> {
     if host.starts_with('*') {
         return Err(format!("{v:?}: a wildcard is not a host"));
     }
-    let host = parse_host(host)?;
+    let host = parse_host(host)
+        .map_err(|_| format!("{v:?} is not a host name (lowercase DNS name, optionally :port)"))?;
     match port {
         None => Ok(host),
         Some(p) => {

@@ -45,20 +45,23 @@ impl ValueSource {
         }
     }
 
-    /// The raw value and how to name it in messages.
-    fn lookup(&self, name: &str) -> Option<(&str, String)> {
-        if self.prefixed {
-            ANNOTATION_PREFIXES.iter().find_map(|p| {
-                let key = format!("{p}{name}");
-                self.values
-                    .get(&key)
-                    .map(|v| (v.as_str(), format!("annotation {key}")))
-            })
-        } else {
-            self.values
-                .get(name)
-                .map(|v| (v.as_str(), format!("key {name}")))
+    /// Every value this source holds under `names` (a name and its aliases, in order; each
+    /// with every accepted prefix, most specific first), with how to name it in messages.
+    fn lookup(&self, names: &[String]) -> Vec<(&str, String)> {
+        let mut found = Vec::new();
+        for name in names {
+            if self.prefixed {
+                for p in ANNOTATION_PREFIXES {
+                    let key = format!("{p}{name}");
+                    if let Some(v) = self.values.get(&key) {
+                        found.push((v.as_str(), format!("annotation {key}")));
+                    }
+                }
+            } else if let Some(v) = self.values.get(name) {
+                found.push((v.as_str(), format!("key {name}")));
+            }
         }
+        found
     }
 }
 
@@ -126,79 +129,82 @@ impl HookContext {
         }
     }
 
-    /// Looks `name` up in each source in turn, parsing with `parse`; a bad value is reported
-    /// and skipped.
-    fn typed<T>(&self, name: &str, parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
+    /// Looks `names` up in each source in precedence order, parsing with `parse`; a bad value
+    /// is reported and skipped, as if it were not there.
+    fn typed<T>(&self, names: &[String], parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
         for source in &self.inner.sources {
-            let Some((raw, field)) = source.lookup(name) else {
-                continue;
-            };
-            match parse(raw) {
-                Ok(v) => return Some(v),
-                Err(e) => self.record(
-                    Severity::Error,
-                    &source.object,
-                    field,
-                    format!("{e}; setting ignored"),
-                ),
+            for (raw, field) in source.lookup(names) {
+                match parse(raw) {
+                    Ok(v) => return Some(v),
+                    Err(e) => self.record(
+                        Severity::Error,
+                        &source.object,
+                        field,
+                        format!("{e}; setting ignored"),
+                    ),
+                }
             }
         }
         None
     }
 
-    fn has(&mut self, name: &str) -> bool {
-        self.inner.sources.iter().any(|s| s.lookup(name).is_some())
+    fn has(&mut self, name: Dynamic) -> bool {
+        let names = names(name);
+        self.inner
+            .sources
+            .iter()
+            .any(|s| !s.lookup(&names).is_empty())
     }
 
-    fn get_bool(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_bool)
+    fn get_bool(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_bool)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_int(&mut self, name: &str, min: INT, max: INT) -> Dynamic {
-        self.typed(name, |v| values::parse_int(v, min, max))
+    fn get_int(&mut self, name: Dynamic, min: INT, max: INT) -> Dynamic {
+        self.typed(&names(name), |v| values::parse_int(v, min, max))
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_size(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_size)
+    fn get_size(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_size)
             .map_or(Dynamic::UNIT, |n| Dynamic::from(n as INT))
     }
 
-    fn get_duration(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_duration)
+    fn get_duration(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_duration)
             .map_or(Dynamic::UNIT, |n| Dynamic::from(n as INT))
     }
 
-    fn get_choice(&mut self, name: &str, allowed: Array) -> Dynamic {
+    fn get_choice(&mut self, name: Dynamic, allowed: Array) -> Dynamic {
         let allowed: Vec<String> = allowed.into_iter().map(|v| v.to_string()).collect();
         let refs: Vec<&str> = allowed.iter().map(String::as_str).collect();
-        self.typed(name, |v| values::parse_enum(v, &refs))
+        self.typed(&names(name), |v| values::parse_enum(v, &refs))
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_cidrs(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_cidr_list)
+    fn get_cidrs(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_cidr_list)
             .map_or(Dynamic::UNIT, strings_to_array)
     }
 
-    fn get_balance(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_balance)
+    fn get_balance(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_balance)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_header_name(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_header_name)
+    fn get_header_name(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_header_name)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_header_value(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_header_value)
+    fn get_header_value(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_header_value)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_headers(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_header_lines)
+    fn get_headers(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_header_lines)
             .map_or(Dynamic::UNIT, |pairs| {
                 let arr: Array = pairs
                     .into_iter()
@@ -208,27 +214,27 @@ impl HookContext {
             })
     }
 
-    fn get_host(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_host_header)
+    fn get_host(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_host_header)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
-    fn get_path(&mut self, name: &str) -> Dynamic {
-        self.typed(name, values::parse_path)
+    fn get_path(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_path)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
     /// `REPLACEMENT` or `REGEX REPLACEMENT` → `[regex, replacement]`.
-    fn get_rewrite(&mut self, name: &str) -> Dynamic {
-        self.typed(name, parse_rewrite)
+    fn get_rewrite(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_rewrite)
             .map_or(Dynamic::UNIT, |(r, s)| {
                 Dynamic::from_array(vec![r.into(), s.into()])
             })
     }
 
     /// `[METHOD] URI` → `#{method, uri}`.
-    fn get_http_check(&mut self, name: &str) -> Dynamic {
-        self.typed(name, parse_http_check)
+    fn get_http_check(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_http_check)
             .map_or(Dynamic::UNIT, |(m, u)| {
                 let mut map = Map::new();
                 map.insert("method".into(), m.into());
@@ -258,6 +264,19 @@ impl HookContext {
             .facts
             .get(name)
             .map_or(Dynamic::UNIT, |v| Dynamic::from(v.clone()))
+    }
+}
+
+/// An accessor's first argument: one annotation name, or an array of a name and its aliases.
+fn names(name: Dynamic) -> Vec<String> {
+    if name.is_array() {
+        name.into_array()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.to_string())
+            .collect()
+    } else {
+        vec![name.to_string()]
     }
 }
 

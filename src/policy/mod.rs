@@ -282,6 +282,63 @@ mod tests {
     }
 
     #[test]
+    fn aliases_and_prefixes_keep_object_precedence() {
+        let engine = PolicyEngine::load(None).unwrap();
+        let ingress = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+        let cm = ObjectRef::new(Kind::ConfigMap, &Key::new("ns", "cfg"));
+        let map = |pairs: &[(&str, &str)]| {
+            Arc::new(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        let ctx = HookContext::new(
+            ingress.clone(),
+            vec![
+                // The alias on the Ingress beats the main name in the ConfigMap; a bad value
+                // under one prefix falls through to the next prefix on the same object.
+                ValueSource::annotations(
+                    ingress,
+                    map(&[
+                        ("haproxy.org/whitelist", "203.0.113.0/24"),
+                        ("portcullis.io/deny-list", "nonsense"),
+                        ("haproxy.org/deny-list", "192.0.2.1"),
+                    ]),
+                ),
+                ValueSource::config_map(cm, map(&[("allow-list", "10.0.0.0/8")])),
+            ],
+            BTreeMap::new(),
+        );
+        let mut diags = Diagnostics::new();
+        let out = engine.run_route(&ctx, &mut diags);
+        assert_eq!(out.settings.allow_list, ["203.0.113.0/24"]);
+        assert_eq!(out.settings.deny_list, ["192.0.2.1"]);
+        let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(
+            msgs[0].contains("annotation portcullis.io/deny-list"),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn scripts_cannot_read_the_clock() {
+        let err = PolicyEngine::compile(vec![source(
+            "clock.rhai",
+            "fn backend(ctx) { let t = timestamp(); #{} }",
+        )])
+        .map(|e| {
+            let mut diags = Diagnostics::new();
+            e.run_backend(&service_ctx(&[]), &mut diags);
+            diags.len()
+        });
+        // Either refused at compile time or failing at run time; never a value.
+        assert!(!matches!(err, Ok(0)));
+    }
+
+    #[test]
     fn bad_annotation_is_reported_with_object_and_field() {
         let engine = PolicyEngine::compile(vec![source(
             "t.rhai",

@@ -170,6 +170,14 @@ impl Renderer {
     /// Renders every file. The same model always gives the same bytes.
     pub fn render(&self, model: &Model) -> Result<RenderedConfig, RenderError> {
         let render_error = |e: minijinja::Error| {
+            // An error inside an included template is wrapped by the including one: report
+            // the innermost, which names the file and line that failed.
+            let mut e = &e;
+            while let Some(inner) =
+                std::error::Error::source(e).and_then(|s| s.downcast_ref::<minijinja::Error>())
+            {
+                e = inner;
+            }
             let name = e.name().unwrap_or(ENTRY_TEMPLATE).to_string();
             let file = self
                 .templates

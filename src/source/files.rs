@@ -85,9 +85,8 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
                     }
                     Err(ParseError::UnsupportedKind(_)) => {}
                     Err(e) => {
-                        loaded
-                            .diagnostics
-                            .push(document_error(&display, index, e.to_string()))
+                        let d = document_error(&display, index, e.to_string());
+                        loaded.diagnostics.push(d);
                     }
                 }
             }

@@ -70,6 +70,7 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
         routes: Vec::new(),
         redirects: Vec::new(),
         tls_entries: Vec::new(),
+        default_certificate: None,
         pem_files: BTreeMap::new(),
         default_backend: None,
     };
@@ -123,8 +124,10 @@ struct Translator<'a> {
     routes: Vec<RouteCandidate>,
     redirects: Vec<RedirectClaim>,
     tls_entries: Vec<CrtListEntry>,
+    default_certificate: Option<CrtListEntry>,
     pem_files: BTreeMap<String, String>,
-    default_backend: Option<(String, ObjectRef)>,
+    /// The default backend and what chose it, for messages.
+    default_backend: Option<(String, String)>,
 }
 
 impl Translator<'_> {
@@ -179,7 +182,7 @@ impl Translator<'_> {
         match backends::resolve_port(service, &port) {
             Ok(resolved) => {
                 let name = self.register_backend(key, resolved, None);
-                self.default_backend = Some((name, object));
+                self.default_backend = Some((name, format!("--default-backend-service {key}")));
             }
             Err(e) => self.diags.object(Severity::Error, &object, "spec.ports", e),
         }
@@ -266,17 +269,24 @@ impl Translator<'_> {
         sources.extend(self.config_map.iter().cloned());
 
         if let Some(default) = &spec.default_backend {
-            if let Some(name) =
+            if let Some((_, owner)) = &self.default_backend {
+                self.diags.object(
+                    Severity::Warning,
+                    &object,
+                    "spec.defaultBackend",
+                    format!("ignored: the default backend is already set by {owner}"),
+                );
+            } else if let Some(name) =
                 self.ingress_backend(&object, &annotations, default, "spec.defaultBackend")
             {
-                if self.default_backend.is_none() {
-                    self.default_backend = Some((name, object.clone()));
-                }
+                self.default_backend = Some((name, object.to_string()));
             }
         }
 
-        // The first route outcome per host decides that host's ssl-redirect.
+        // The first route outcome per host decides that host's ssl-redirect; a TLS host
+        // without a rule of its own follows the Ingress' first route.
         let mut redirect_by_host: BTreeMap<String, (bool, u16)> = BTreeMap::new();
+        let mut first_redirect: Option<(bool, u16)> = None;
         for (i, rule) in spec.rules.iter().flatten().enumerate() {
             let host = match rule.host.as_deref() {
                 None | Some("") => String::new(),
@@ -337,10 +347,12 @@ impl Translator<'_> {
                 ]);
                 let ctx = HookContext::new(object.clone(), sources.clone(), facts);
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
-                redirect_by_host.entry(host.clone()).or_insert((
+                let decision = (
                     outcome.ssl_redirect.unwrap_or(false),
                     outcome.ssl_redirect_code.unwrap_or(302),
-                ));
+                );
+                redirect_by_host.entry(host.clone()).or_insert(decision);
+                first_redirect.get_or_insert(decision);
                 let value = if outcome.settings.is_empty() {
                     backend.clone()
                 } else {
@@ -381,9 +393,9 @@ impl Translator<'_> {
                     Severity::Warning,
                     &object,
                     format!("{field}.secretName"),
-                    "no secretName; these hosts use the default certificate",
+                    format!("no secretName; {}", self.fallback_certificate()),
                 );
-                self.add_redirects(&hosts, &redirect_by_host, rank, &object);
+                self.add_redirects(&hosts, &redirect_by_host, first_redirect, rank, &object);
                 continue;
             };
             let secret_key = Key::new(key.namespace.clone(), secret_name);
@@ -400,10 +412,10 @@ impl Translator<'_> {
                     Severity::Error,
                     &object,
                     format!("{field}.secretName"),
-                    format!("Secret {secret_key}: {e}; these hosts use the default certificate"),
+                    format!("Secret {secret_key}: {e}; {}", self.fallback_certificate()),
                 ),
             }
-            self.add_redirects(&hosts, &redirect_by_host, rank, &object);
+            self.add_redirects(&hosts, &redirect_by_host, first_redirect, rank, &object);
         }
     }
 
@@ -411,20 +423,29 @@ impl Translator<'_> {
         &mut self,
         hosts: &[String],
         by_host: &BTreeMap<String, (bool, u16)>,
+        first: Option<(bool, u16)>,
         rank: usize,
         object: &ObjectRef,
     ) {
         for host in hosts {
-            // A TLS host without a rule of its own follows the Ingress' first route.
-            let decision = by_host.get(host).or_else(|| by_host.values().next());
+            let decision = by_host.get(host).copied().or(first);
             if let Some((true, code)) = decision {
                 self.redirects.push(RedirectClaim {
                     host: host.clone(),
-                    code: *code,
+                    code,
                     rank,
                     ingress: object.clone(),
                 });
             }
+        }
+    }
+
+    /// What hosts without a usable certificate of their own get.
+    fn fallback_certificate(&self) -> &'static str {
+        if self.config.default_ssl_certificate.is_some() {
+            "these hosts are served with the default certificate"
+        } else {
+            "these hosts have no certificate (no --default-ssl-certificate)"
         }
     }
 
@@ -441,13 +462,12 @@ impl Translator<'_> {
 
     fn default_certificate(&mut self, key: &Key) {
         match self.certificate(key) {
-            Ok(path) => self.tls_entries.insert(
-                0,
-                CrtListEntry {
+            Ok(path) => {
+                self.default_certificate = Some(CrtListEntry {
                     path,
                     sni: Vec::new(),
-                },
-            ),
+                });
+            }
             Err(e) => self.diags.object(
                 Severity::Error,
                 &ObjectRef::new(Kind::Secret, key),
@@ -459,7 +479,7 @@ impl Translator<'_> {
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
         // Without a certificate there is no HTTPS frontend to redirect to.
-        let redirects = if self.tls_entries.is_empty() {
+        let redirects = if self.tls_entries.is_empty() && self.default_certificate.is_none() {
             Vec::new()
         } else {
             std::mem::take(&mut self.redirects)
@@ -477,14 +497,9 @@ impl Translator<'_> {
 
         // The default certificate (if any) stays first; the rest are sorted and unique.
         let mut crt_list = std::mem::take(&mut self.tls_entries);
-        let default = if self.config.default_ssl_certificate.is_some() && !crt_list.is_empty() {
-            Some(crt_list.remove(0))
-        } else {
-            None
-        };
         crt_list.sort();
         crt_list.dedup();
-        if let Some(d) = default {
+        if let Some(d) = self.default_certificate.take() {
             crt_list.insert(0, d);
         }
         let pem_files = std::mem::take(&mut self.pem_files)
