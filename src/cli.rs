@@ -22,6 +22,10 @@ pub enum Command {
     Render(RenderArgs),
     /// Compile scripts and templates, render, and ask `haproxy -c` whether the result is valid.
     Check(CheckArgs),
+    /// Keep a real HAProxy equal to the desired state (runtime API first, verified reloads).
+    Run(RunArgs),
+    /// The quickstart: example manifests, loopback echo backends and `run`, on ports 8080/8443.
+    Demo(DemoArgs),
     /// Print the version.
     Version,
 }
@@ -42,6 +46,91 @@ pub struct CheckArgs {
     /// The HAProxy binary to check with.
     #[arg(long, env = "PORTCULLIS_HAPROXY_BIN", default_value = "haproxy")]
     pub haproxy_bin: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    #[command(flatten)]
+    pub haproxy: HaproxyArgs,
+}
+
+/// Flags for driving HAProxy.
+#[derive(Debug, Args)]
+pub struct HaproxyArgs {
+    /// The HAProxy binary.
+    #[arg(long, env = "PORTCULLIS_HAPROXY_BIN", default_value = "haproxy")]
+    pub haproxy_bin: String,
+    /// Where haproxy.cfg and its maps and certificates are written.
+    #[arg(
+        long,
+        env = "PORTCULLIS_CONFIG_DIR",
+        default_value = "/var/lib/portcullis/haproxy"
+    )]
+    pub config_dir: PathBuf,
+    /// Where the sockets live: master CLI `master.sock`, runtime API `admin.sock`.
+    #[arg(long, env = "PORTCULLIS_RUNTIME_DIR", default_value = "/run/portcullis", value_parser = socket_dir)]
+    pub runtime_dir: PathBuf,
+    /// Drive an HAProxy that something else supervises, through its master CLI socket.
+    #[arg(long, env = "PORTCULLIS_HAPROXY_MASTER_SOCKET")]
+    pub haproxy_master_socket: Option<PathBuf>,
+    /// Admin HTTP endpoint: /healthz, /readyz, /metrics, /debug/config, /debug/model.
+    #[arg(long, env = "PORTCULLIS_ADMIN_ADDR", default_value = "127.0.0.1:6060")]
+    pub admin_addr: std::net::SocketAddr,
+    /// Changes arriving within this quiet period are applied together (e.g. 100ms).
+    #[arg(long, env = "PORTCULLIS_SYNC_DEBOUNCE", default_value = "100ms", value_parser = debounce)]
+    pub sync_debounce: std::time::Duration,
+    /// Log filter, e.g. `info` or `portcullis=debug,haproxy=warn`.
+    #[arg(long, env = "PORTCULLIS_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The example manifests (endpoints on 127.0.0.1 get echo servers).
+    #[arg(
+        long,
+        env = "PORTCULLIS_MANIFESTS",
+        default_value = "deploy/examples/quickstart"
+    )]
+    pub manifests: PathBuf,
+    /// HTTP port on 127.0.0.1.
+    #[arg(long, env = "PORTCULLIS_HTTP_BIND_PORT", default_value_t = 8080)]
+    pub http_bind_port: u16,
+    /// HTTPS port on 127.0.0.1.
+    #[arg(long, env = "PORTCULLIS_HTTPS_BIND_PORT", default_value_t = 8443)]
+    pub https_bind_port: u16,
+    /// Admin HTTP endpoint.
+    #[arg(long, env = "PORTCULLIS_ADMIN_ADDR", default_value = "127.0.0.1:6060")]
+    pub admin_addr: std::net::SocketAddr,
+    /// The HAProxy binary.
+    #[arg(long, env = "PORTCULLIS_HAPROXY_BIN", default_value = "haproxy")]
+    pub haproxy_bin: String,
+}
+
+/// A debounce period: a duration such as `100ms`, at most 10s.
+fn debounce(v: &str) -> Result<std::time::Duration, String> {
+    let ms = crate::values::parse_duration(v)?;
+    if ms > 10_000 {
+        return Err(format!("{v:?} is longer than 10s"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// A directory for sockets: its path ends up in haproxy.cfg, so it must be a plain path.
+fn socket_dir(v: &str) -> Result<PathBuf, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 80
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
+    if ok {
+        Ok(PathBuf::from(v))
+    } else {
+        Err(format!(
+            "{v:?}: socket directories may use letters, digits, '/', '.', '_' and '-' only, at most 80 characters (Unix socket paths are short)"
+        ))
+    }
 }
 
 /// Flags shared by every command that runs the pipeline.
@@ -104,6 +193,7 @@ impl PipelineArgs {
                 http_port: self.http_bind_port,
                 https_port: self.https_bind_port,
             },
+            runtime_socket: None,
         }
     }
 }

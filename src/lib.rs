@@ -3,10 +3,16 @@
 //! Data flows one way: `source` → `store` → `translate` (+ `policy`) → `model` → `render`.
 //! Everything from `store` to `render` is pure: it takes a snapshot and returns data.
 
+pub mod admin;
+pub mod apply;
 pub mod check;
 pub mod cli;
+pub mod controller;
+pub mod demo;
 pub mod diagnostics;
+pub mod haproxy;
 pub mod layers;
+pub mod metrics;
 pub mod model;
 pub mod objects;
 pub mod pipeline;

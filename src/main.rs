@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use portcullis::check::{self, CheckError};
-use portcullis::cli::{Cli, Command, PipelineArgs};
+use portcullis::cli::{Cli, Command, DemoArgs, PipelineArgs, RunArgs};
+use portcullis::controller::{self, RunConfig, RunError};
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::source::files;
 use portcullis::store::Store;
@@ -17,8 +18,10 @@ mod exit {
     pub(crate) const INPUT: u8 = 1;
     /// HAProxy rejected the rendered configuration.
     pub(crate) const REJECTED: u8 = 3;
-    /// Something around us failed (filesystem, missing HAProxy binary).
+    /// Something around us failed (filesystem, missing HAProxy binary, admin port taken).
     pub(crate) const ENVIRONMENT: u8 = 4;
+    /// HAProxy exited while `run` was driving it.
+    pub(crate) const HAPROXY_EXITED: u8 = 5;
 }
 
 fn main() -> ExitCode {
@@ -48,6 +51,15 @@ fn main() -> ExitCode {
                 None => print_out(output.rendered.haproxy_cfg()),
             }
             ExitCode::SUCCESS
+        }
+        Command::Run(args) => {
+            init_logging(&args.haproxy.log_level);
+            let config = run_config(&args);
+            block_on(controller::run(config))
+        }
+        Command::Demo(args) => {
+            init_logging("info");
+            block_on(demo(args))
         }
         Command::Check(args) => {
             let output = match run_pipeline(&args.pipeline) {
@@ -80,6 +92,113 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn run_config(args: &RunArgs) -> RunConfig {
+    RunConfig {
+        manifests: args.pipeline.manifests.clone(),
+        scripts_dir: args.pipeline.scripts_dir.clone(),
+        templates_dir: args.pipeline.templates_dir.clone(),
+        translate: args.pipeline.translate_config(),
+        haproxy_bin: args.haproxy.haproxy_bin.clone(),
+        config_dir: args.haproxy.config_dir.clone(),
+        runtime_dir: args.haproxy.runtime_dir.clone(),
+        external_master_socket: args.haproxy.haproxy_master_socket.clone(),
+        admin_addr: args.haproxy.admin_addr,
+        debounce: args.haproxy.sync_debounce,
+    }
+}
+
+/// Runs a controller future on a fresh runtime and turns its result into an exit status.
+fn block_on(fut: impl std::future::Future<Output = Result<(), RunError>>) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(exit::ENVIRONMENT);
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match e {
+                RunError::Load(_) | RunError::Manifests(_) => exit::INPUT,
+                RunError::HaproxyExited => exit::HAPROXY_EXITED,
+                _ => exit::ENVIRONMENT,
+            })
+        }
+    }
+}
+
+/// The quickstart: echo servers for the example's loopback endpoints, then `run`.
+async fn demo(args: DemoArgs) -> Result<(), RunError> {
+    let loaded = files::load_dir(&args.manifests)?;
+    let backends = portcullis::demo::spawn_demo_backends(&loaded.objects)
+        .await
+        .map_err(|source| RunError::Directory {
+            path: args.manifests.clone(),
+            source,
+        })?;
+    let work = std::env::temp_dir().join(format!("portcullis-demo-{}", std::process::id()));
+    let config = RunConfig {
+        manifests: args.manifests.clone(),
+        scripts_dir: None,
+        templates_dir: None,
+        translate: portcullis::translate::TranslateConfig {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ingress_class: "portcullis".to_string(),
+            controller_class: "portcullis.io/ingress".to_string(),
+            watch_ingress_without_class: false,
+            config_map: Some(portcullis::objects::Key::new("demo", "portcullis")),
+            default_backend_service: None,
+            default_ssl_certificate: None,
+            listen: portcullis::model::Listen {
+                ipv4_address: "127.0.0.1".to_string(),
+                http_port: args.http_bind_port,
+                https_port: args.https_bind_port,
+            },
+            runtime_socket: None,
+        },
+        haproxy_bin: args.haproxy_bin.clone(),
+        config_dir: work.join("config"),
+        runtime_dir: work.join("run"),
+        external_master_socket: None,
+        admin_addr: args.admin_addr,
+        debounce: std::time::Duration::from_millis(100),
+    };
+    let port = args.http_bind_port;
+    eprintln!(
+        "\nPortcullis demo: {} echo backends, HAProxy on 127.0.0.1:{port}, files in {}\n\
+         Edit the manifests in {} and watch the changes apply. Try:\n\
+         \x20 curl -H 'Host: demo.localhost' http://127.0.0.1:{port}/\n\
+         \x20 curl -H 'Host: demo.localhost' http://127.0.0.1:{port}/api/users\n\
+         \x20 curl -H 'Host: admin.demo.localhost' -i http://127.0.0.1:{port}/\n\
+         \x20 curl http://{}/metrics\n\
+         Stop with Ctrl-C.\n",
+        backends.len(),
+        work.display(),
+        args.manifests.display(),
+        args.admin_addr,
+    );
+    let result = controller::run(config).await;
+    for b in backends {
+        b.stop().await;
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+fn init_logging(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Loads manifests, scripts and templates and runs the pipeline, printing diagnostics.

@@ -14,6 +14,8 @@ pub struct Model {
     /// The controller version, printed in the config header.
     pub version: String,
     pub listen: Listen,
+    /// The runtime API socket HAProxy should open (`portcullis run`); none for `render`.
+    pub runtime_socket: Option<String>,
     pub global: GlobalSettings,
     /// HTTP routing tables, looked up by host+path (see `docs/architecture.md`).
     pub maps: RouteMaps,

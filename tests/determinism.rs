@@ -162,6 +162,7 @@ fn pipeline() -> Pipeline {
                 http_port: 8080,
                 https_port: 8443,
             },
+            runtime_socket: None,
         },
     )
     .unwrap()

@@ -40,6 +40,8 @@ pub struct TranslateConfig {
     pub default_backend_service: Option<Key>,
     pub default_ssl_certificate: Option<Key>,
     pub listen: Listen,
+    /// Where HAProxy opens its runtime API socket, when Portcullis drives it.
+    pub runtime_socket: Option<String>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -514,6 +516,7 @@ impl Translator<'_> {
         let model = Model {
             version: self.config.version.clone(),
             listen: self.config.listen.clone(),
+            runtime_socket: self.config.runtime_socket.clone(),
             global,
             maps,
             redirect_codes,

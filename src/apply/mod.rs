@@ -1,0 +1,265 @@
+//! Apply: the only place that changes HAProxy.
+//!
+//! Each call moves HAProxy from the configuration it runs to a new one: through the runtime
+//! API when the [`plan`] allows, otherwise by a checked, verified reload. Files are written
+//! atomically; the configuration on disk always holds the complete desired state, so a reload
+//! (ours or anyone's) loads exactly what runtime commands had set. Files are deleted only
+//! after a successful reload of a configuration that no longer names them.
+
+pub mod files;
+pub mod plan;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::check::{self, CheckError};
+use crate::haproxy::client::Client;
+use crate::haproxy::process::{self, Haproxy, ProcessError};
+use crate::metrics::Metrics;
+use crate::render::{CONFIG_FILE, Renderer};
+
+pub use plan::{Applied, Plan};
+
+/// How long a reload may take to be confirmed.
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long HAProxy may take to start.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What an apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Unchanged,
+    /// Runtime API commands only.
+    Runtime {
+        commands: usize,
+    },
+    /// A verified reload (or the first start), with its reasons.
+    Reloaded {
+        reasons: Vec<String>,
+    },
+}
+
+/// An apply failed; HAProxy keeps running what it ran before.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("HAProxy rejected the new configuration (nothing was reloaded):\n{}", .0.join("\n"))]
+    CheckRejected(Vec<String>),
+    #[error("checking the new configuration: {0}")]
+    Check(CheckError),
+    #[error(transparent)]
+    Files(#[from] files::FilesError),
+    #[error("starting HAProxy: {0}")]
+    Start(ProcessError),
+    #[error("reloading HAProxy ({reasons}): {source}")]
+    Reload {
+        reasons: String,
+        source: ProcessError,
+    },
+}
+
+/// Who runs HAProxy.
+#[derive(Debug)]
+pub enum Supervision {
+    /// Portcullis starts HAProxy (master-worker) and stops it on exit.
+    Managed {
+        bin: String,
+        master_socket: PathBuf,
+        process: Option<Box<Haproxy>>,
+    },
+    /// Something else (systemd, a sidecar) supervises HAProxy; we talk to its master CLI.
+    External { master: Client },
+}
+
+/// Keeps HAProxy equal to the desired state.
+#[derive(Debug)]
+pub struct Applier {
+    config_dir: PathBuf,
+    haproxy_bin: String,
+    supervision: Supervision,
+    runtime: Client,
+    metrics: Arc<Metrics>,
+    /// What HAProxy runs, including runtime changes.
+    running: Option<Applied>,
+    /// A reload that is still owed (it failed, or its check failed), with its reason.
+    owed_reload: Option<String>,
+}
+
+impl Applier {
+    pub fn new(
+        config_dir: PathBuf,
+        haproxy_bin: String,
+        supervision: Supervision,
+        runtime: Client,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            config_dir,
+            haproxy_bin,
+            supervision,
+            runtime,
+            metrics,
+            running: None,
+            owed_reload: None,
+        }
+    }
+
+    /// What HAProxy runs now.
+    pub fn running(&self) -> Option<&Applied> {
+        self.running.as_ref()
+    }
+
+    /// The master CLI, if HAProxy is up.
+    pub fn master(&self) -> Option<&Client> {
+        match &self.supervision {
+            Supervision::Managed { process, .. } => process.as_deref().map(Haproxy::master),
+            Supervision::External { master } => Some(master),
+        }
+    }
+
+    /// Whether a managed HAProxy is still alive (external ones are assumed alive).
+    pub fn haproxy_alive(&mut self) -> bool {
+        match &mut self.supervision {
+            Supervision::Managed { process, .. } => {
+                process.as_deref_mut().is_some_and(Haproxy::is_running)
+            }
+            Supervision::External { .. } => true,
+        }
+    }
+
+    /// Moves HAProxy to `new`.
+    pub async fn apply(
+        &mut self,
+        new: Applied,
+        renderer: &Renderer,
+    ) -> Result<Outcome, ApplyError> {
+        let Some(running) = &self.running else {
+            return self
+                .reload(new, vec!["initial configuration".to_string()])
+                .await;
+        };
+        let mut plan = plan::plan(running, &new, renderer);
+        if let Some(owed) = &self.owed_reload {
+            plan.reload_reasons.push(format!("retrying: {owed}"));
+        }
+        if !plan.reload_reasons.is_empty() {
+            let reasons = plan.reload_reasons;
+            return self.reload(new, reasons).await;
+        }
+        if plan.commands.is_empty() && running.rendered == new.rendered {
+            return Ok(Outcome::Unchanged);
+        }
+        let count = plan.commands.len();
+        for command in &plan.commands {
+            match self.runtime.execute(command).await {
+                Ok(_) => self.metrics.runtime_commands.inc(&[command.name(), "ok"]),
+                Err(e) => {
+                    self.metrics
+                        .runtime_commands
+                        .inc(&[command.name(), "error"]);
+                    tracing::warn!(error = %e, "runtime command failed; reloading instead");
+                    return self
+                        .reload(new, vec![format!("runtime command failed: {e}")])
+                        .await;
+                }
+            }
+        }
+        // The disk follows, so that any later reload starts from the same state.
+        files::write_atomically(&self.config_dir, &new.rendered)?;
+        self.running = Some(new);
+        Ok(Outcome::Runtime { commands: count })
+    }
+
+    /// Checks, writes and reloads (or starts) HAProxy, then verifies it took.
+    async fn reload(&mut self, new: Applied, reasons: Vec<String>) -> Result<Outcome, ApplyError> {
+        let reason_text = reasons.join("; ");
+        match check::check_config(&self.haproxy_bin, &new.rendered) {
+            Ok(()) => {}
+            Err(CheckError::Rejected { messages }) => {
+                self.metrics.config_check_failures.inc(&[]);
+                self.metrics.reload_failures.inc(&["check"]);
+                self.owed_reload.get_or_insert(reason_text);
+                return Err(ApplyError::CheckRejected(messages));
+            }
+            Err(e) => return Err(ApplyError::Check(e)),
+        }
+        files::write_atomically(&self.config_dir, &new.rendered)?;
+        let config = self.config_dir.join(CONFIG_FILE);
+        let result = match &mut self.supervision {
+            Supervision::Managed {
+                bin,
+                master_socket,
+                process,
+            } => match process {
+                Some(p) => process::reload(p.master(), RELOAD_TIMEOUT)
+                    .await
+                    .map(|_| ()),
+                None => {
+                    let started = Haproxy::start(bin, &config, master_socket, START_TIMEOUT)
+                        .await
+                        .map_err(ApplyError::Start)?;
+                    *process = Some(Box::new(started));
+                    Ok(())
+                }
+            },
+            Supervision::External { master } => {
+                process::reload(master, RELOAD_TIMEOUT).await.map(|_| ())
+            }
+        };
+        if let Err(source) = result {
+            self.metrics.reload_failures.inc(&[match source {
+                ProcessError::ReloadFailed(_) => "reload",
+                _ => "verify",
+            }]);
+            self.owed_reload.get_or_insert(reason_text.clone());
+            return Err(ApplyError::Reload {
+                reasons: reason_text,
+                source,
+            });
+        }
+        for reason in &reasons {
+            self.metrics.reloads.inc(&[reason_label(reason)]);
+        }
+        self.owed_reload = None;
+        let removed = files::remove_unreferenced(&self.config_dir, &new.rendered);
+        if !removed.is_empty() {
+            tracing::info!(files = ?removed, "removed files no configuration references");
+        }
+        self.running = Some(new);
+        Ok(Outcome::Reloaded { reasons })
+    }
+
+    /// Stops a managed HAProxy.
+    pub async fn shutdown(&mut self) {
+        if let Supervision::Managed { process, .. } = &mut self.supervision {
+            if let Some(p) = process.take() {
+                p.stop(Duration::from_secs(10)).await;
+            }
+        }
+    }
+
+    pub fn config_dir(&self) -> &Path {
+        &self.config_dir
+    }
+}
+
+/// A bounded label for the reloads metric: the reason's first words, without names.
+fn reason_label(reason: &str) -> &'static str {
+    if reason.starts_with("initial") {
+        "initial"
+    } else if reason.starts_with("backends changed") {
+        "backends"
+    } else if reason.starts_with("server slots") {
+        "slots"
+    } else if reason.starts_with("retrying") {
+        "retry"
+    } else if reason.starts_with("runtime command failed") || reason.starts_with("cannot apply") {
+        "runtime_fallback"
+    } else if reason.contains("certificate") {
+        "certificates"
+    } else if reason.starts_with("server ") {
+        "external_name"
+    } else {
+        "configuration"
+    }
+}

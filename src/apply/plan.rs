@@ -1,0 +1,294 @@
+//! The plan: what it takes to move HAProxy from one configuration to the next.
+//!
+//! Whatever can change at run time does: server addresses and states within existing slots,
+//! map entries, and crt-list certificates. Anything else needs a reload, and every reload has a
+//! reason. To tell the two apart without knowing the templates, both models are rendered with
+//! the runtime-changeable parts blanked out: if those renderings differ, the change is
+//! structural.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::haproxy::command::{Command, ServerState};
+use crate::model::{MapEntry, Model, ServerSlot};
+use crate::render::{CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SSL_REDIRECT_MAP};
+
+/// One configuration as applied: the model and its files.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub model: Model,
+    pub rendered: RenderedConfig,
+}
+
+/// Runtime commands to send, or the reasons a reload is needed instead.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub commands: Vec<Command>,
+    pub reload_reasons: Vec<String>,
+}
+
+/// Compares what HAProxy runs with what is wanted.
+pub fn plan(old: &Applied, new: &Applied, renderer: &Renderer) -> Plan {
+    let mut plan = Plan::default();
+    if old.rendered == new.rendered {
+        return plan;
+    }
+    let structural = |m: &Model| {
+        renderer
+            .render(&blank_runtime_parts(m))
+            .map(|r| r.haproxy_cfg().to_string())
+    };
+    match (structural(&old.model), structural(&new.model)) {
+        (Ok(a), Ok(b)) if a == b => {}
+        (Ok(a), Ok(b)) => {
+            plan.reload_reasons
+                .push(structural_reason(&old.model, &new.model, &a, &b));
+            return plan;
+        }
+        _ => {
+            plan.reload_reasons
+                .push("the configuration could not be compared".to_string());
+            return plan;
+        }
+    }
+    servers(old, new, &mut plan);
+    maps(old, new, &mut plan);
+    certificates(old, new, &mut plan);
+    // Every command must be expressible; if one is not, the change goes through a reload.
+    if let Some(e) = plan.commands.iter().find_map(|c| c.to_wire().err()) {
+        plan.reload_reasons
+            .push(format!("cannot apply at run time: {e}"));
+    }
+    if !plan.reload_reasons.is_empty() {
+        plan.commands.clear();
+    }
+    plan
+}
+
+/// The model with everything the runtime API can change replaced by fixed placeholders.
+fn blank_runtime_parts(model: &Model) -> Model {
+    let mut m = model.clone();
+    for b in &mut m.backends {
+        for s in &mut b.servers {
+            s.address = None;
+            s.port = 1;
+        }
+    }
+    m.maps.exact.clear();
+    m.maps.prefix.clear();
+    m.maps.ssl_redirect.clear();
+    // Whether an HTTPS frontend exists is structural; which certificates it serves is not.
+    let had_tls = m.tls.enabled();
+    m.tls.pem_files.clear();
+    m.tls.crt_list.truncate(usize::from(had_tls));
+    for entry in &mut m.tls.crt_list {
+        entry.path = "certs/placeholder.pem".to_string();
+        entry.sni.clear();
+    }
+    m
+}
+
+fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> String {
+    let names = |m: &Model| -> BTreeMap<String, usize> {
+        m.backends
+            .iter()
+            .map(|b| (b.name.clone(), b.servers.len()))
+            .collect()
+    };
+    let (a, b) = (names(old), names(new));
+    let added: Vec<&String> = b.keys().filter(|k| !a.contains_key(*k)).collect();
+    let removed: Vec<&String> = a.keys().filter(|k| !b.contains_key(*k)).collect();
+    if !added.is_empty() || !removed.is_empty() {
+        let list = |v: &[&String]| {
+            v.iter()
+                .take(3)
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return format!(
+            "backends changed (added: [{}], removed: [{}])",
+            list(&added),
+            list(&removed)
+        );
+    }
+    for (name, slots) in &b {
+        if a.get(name) != Some(slots) {
+            return format!(
+                "server slots of {name} changed from {} to {slots}",
+                a.get(name).copied().unwrap_or(0)
+            );
+        }
+    }
+    let line = old_cfg
+        .lines()
+        .zip(new_cfg.lines())
+        .position(|(x, y)| x != y)
+        .unwrap_or_else(|| old_cfg.lines().count().min(new_cfg.lines().count()));
+    let text = new_cfg.lines().nth(line).unwrap_or("<end of file>").trim();
+    format!("configuration changed at line {}: {text}", line + 1)
+}
+
+fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
+    for (ob, nb) in old.model.backends.iter().zip(&new.model.backends) {
+        for (os, ns) in ob.servers.iter().zip(&nb.servers) {
+            if os == ns {
+                continue;
+            }
+            server_commands(&nb.name, ns, plan);
+        }
+    }
+}
+
+/// Commands that put a slot in the state the model describes. Idempotent.
+pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
+    let state = |state| Command::SetServerState {
+        backend: backend.to_string(),
+        server: slot.name.clone(),
+        state,
+    };
+    match &slot.address {
+        Some(address) => match address.parse::<IpAddr>() {
+            Ok(addr) => {
+                plan.commands.push(Command::SetServerAddr {
+                    backend: backend.to_string(),
+                    server: slot.name.clone(),
+                    addr,
+                    port: slot.port,
+                });
+                plan.commands.push(state(ServerState::Ready));
+            }
+            // ExternalName servers are DNS names; their resolution is set at start-up.
+            Err(_) => plan.reload_reasons.push(format!(
+                "server {backend}/{} now points at {address}",
+                slot.name
+            )),
+        },
+        None => plan.commands.push(state(ServerState::Maint)),
+    }
+}
+
+fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
+    let pairs: [(&str, &[MapEntry], &[MapEntry]); 3] = [
+        (EXACT_MAP, &old.model.maps.exact, &new.model.maps.exact),
+        (PREFIX_MAP, &old.model.maps.prefix, &new.model.maps.prefix),
+        (
+            SSL_REDIRECT_MAP,
+            &old.model.maps.ssl_redirect,
+            &new.model.maps.ssl_redirect,
+        ),
+    ];
+    for (map, old_entries, new_entries) in pairs {
+        let a: BTreeMap<&str, &str> = old_entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        let b: BTreeMap<&str, &str> = new_entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .collect();
+        for (key, value) in &b {
+            match a.get(key) {
+                None => plan.commands.push(Command::AddMap {
+                    map: map.to_string(),
+                    key: key.to_string(),
+                    value: value.to_string(),
+                }),
+                Some(old) if old != value => plan.commands.push(Command::SetMap {
+                    map: map.to_string(),
+                    key: key.to_string(),
+                    value: value.to_string(),
+                }),
+                Some(_) => {}
+            }
+        }
+        for key in a.keys().filter(|k| !b.contains_key(*k)) {
+            plan.commands.push(Command::DelMap {
+                map: map.to_string(),
+                key: key.to_string(),
+            });
+        }
+    }
+}
+
+/// crt-list changes become: load each new certificate (`new`/`set`/`commit ssl cert`), add its
+/// crt-list line, then remove the lines and certificates no longer wanted. Certificate files are
+/// named by content hash, so a Secret whose content changed is an add plus a removal. The first
+/// line is the default certificate; changing it needs a reload.
+fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
+    let (a, b) = (&old.model.tls, &new.model.tls);
+    if a.crt_list == b.crt_list {
+        return;
+    }
+    if a.crt_list.first() != b.crt_list.first() {
+        plan.reload_reasons
+            .push("the default certificate changed".to_string());
+        return;
+    }
+    let count = |list: &[crate::model::CrtListEntry], path: &str| {
+        list.iter().filter(|e| e.path == path).count()
+    };
+    let added: Vec<_> = b
+        .crt_list
+        .iter()
+        .filter(|e| !a.crt_list.contains(e))
+        .collect();
+    let removed: Vec<_> = a
+        .crt_list
+        .iter()
+        .filter(|e| !b.crt_list.contains(e))
+        .collect();
+    // `del ssl crt-list` names a certificate, not a line: a certificate on several lines is
+    // ambiguous, so such changes go through a reload.
+    if added
+        .iter()
+        .chain(&removed)
+        .any(|e| count(&a.crt_list, &e.path) > 1 || count(&b.crt_list, &e.path) > 1)
+    {
+        plan.reload_reasons
+            .push("a certificate used on several crt-list lines changed".to_string());
+        return;
+    }
+    let pem = |path: &str| {
+        b.pem_files
+            .iter()
+            .find(|p| p.path == path)
+            .map(|p| p.content.clone())
+    };
+    for entry in &added {
+        let loaded = a.pem_files.iter().any(|p| p.path == entry.path);
+        if !loaded {
+            let Some(content) = pem(&entry.path) else {
+                plan.reload_reasons
+                    .push(format!("certificate {} has no content", entry.path));
+                return;
+            };
+            plan.commands.push(Command::NewSslCert {
+                path: entry.path.clone(),
+            });
+            plan.commands.push(Command::SetSslCert {
+                path: entry.path.clone(),
+                pem: content,
+            });
+            plan.commands.push(Command::CommitSslCert {
+                path: entry.path.clone(),
+            });
+        }
+        plan.commands.push(Command::AddSslCrtList {
+            crt_list: CRT_LIST.to_string(),
+            path: entry.path.clone(),
+            sni: entry.sni.clone(),
+        });
+    }
+    for entry in &removed {
+        plan.commands.push(Command::DelSslCrtList {
+            crt_list: CRT_LIST.to_string(),
+            path: entry.path.clone(),
+        });
+        if count(&b.crt_list, &entry.path) == 0 {
+            plan.commands.push(Command::DelSslCert {
+                path: entry.path.clone(),
+            });
+        }
+    }
+}

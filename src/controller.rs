@@ -1,0 +1,367 @@
+//! The controller loop behind `portcullis run`: watch the source, coalesce bursts of changes,
+//! run the pipeline, apply the result, and report status through the admin endpoint.
+//!
+//! One task owns the store and the applier; the admin endpoint reads a [`Status`] snapshot.
+//! Losing a change is impossible by construction: every apply starts from the complete current
+//! state of the source, not from the events themselves.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use crate::admin::{self, AdminState};
+use crate::apply::{Applied, Applier, Outcome, Supervision};
+use crate::diagnostics::{Severity, Subject};
+use crate::haproxy::client::Client;
+use crate::metrics::Metrics;
+use crate::pipeline::{LoadError, Pipeline};
+use crate::source::{files, watch};
+use crate::store::Store;
+
+/// How a `run` is set up; built from flags.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub manifests: PathBuf,
+    pub scripts_dir: Option<PathBuf>,
+    pub templates_dir: Option<PathBuf>,
+    pub translate: crate::translate::TranslateConfig,
+    pub haproxy_bin: String,
+    pub config_dir: PathBuf,
+    pub runtime_dir: PathBuf,
+    /// Drive an HAProxy supervised by something else through this master CLI socket.
+    pub external_master_socket: Option<PathBuf>,
+    pub admin_addr: SocketAddr,
+    pub debounce: Duration,
+}
+
+/// Why `run` stopped other than by a requested shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("HAProxy binary {bin:?} is not usable: {reason}")]
+    HaproxyMissing { bin: String, reason: String },
+    #[error("preparing {path}: {source}")]
+    Directory {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("admin endpoint on {addr}: {source}")]
+    AdminBind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Watch(#[from] watch::WatchError),
+    #[error("manifests: {0}")]
+    Manifests(#[from] files::FilesError),
+    #[error("HAProxy exited unexpectedly")]
+    HaproxyExited,
+    #[error("installing signal handlers: {0}")]
+    Signals(std::io::Error),
+}
+
+/// What the admin endpoint shows.
+#[derive(Debug)]
+pub struct Status {
+    metrics: Arc<Metrics>,
+    inner: RwLock<StatusInner>,
+}
+
+#[derive(Debug, Default)]
+struct StatusInner {
+    /// Set once the first configuration is serving; never unset by later failures.
+    ready: bool,
+    last_error: Option<String>,
+    last_outcome: Option<String>,
+    diagnostics: usize,
+    config: Option<String>,
+    model: Option<String>,
+}
+
+impl Status {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            metrics,
+            inner: RwLock::new(StatusInner::default()),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut StatusInner)) {
+        if let Ok(mut inner) = self.inner.write() {
+            f(&mut inner);
+        }
+    }
+}
+
+impl AdminState for Status {
+    fn readiness(&self) -> Result<serde_json::Value, serde_json::Value> {
+        let Ok(inner) = self.inner.read() else {
+            return Err(serde_json::json!({"ready": false, "reason": "status unavailable"}));
+        };
+        let detail = serde_json::json!({
+            "ready": inner.ready,
+            "last_error": inner.last_error,
+            "last_outcome": inner.last_outcome,
+            "diagnostics": inner.diagnostics,
+        });
+        if inner.ready {
+            Ok(detail)
+        } else {
+            let mut detail = detail;
+            detail["reason"] = serde_json::json!(
+                inner
+                    .last_error
+                    .clone()
+                    .unwrap_or_else(|| "no configuration applied yet".to_string())
+            );
+            Err(detail)
+        }
+    }
+
+    fn metrics(&self) -> String {
+        self.metrics.render()
+    }
+
+    fn config(&self) -> Option<String> {
+        self.inner.read().ok().and_then(|i| i.config.clone())
+    }
+
+    fn model(&self) -> Option<String> {
+        self.inner.read().ok().and_then(|i| i.model.clone())
+    }
+}
+
+/// Runs until SIGTERM or SIGINT (then returns Ok after stopping HAProxy) or a fatal error.
+pub async fn run(config: RunConfig) -> Result<(), RunError> {
+    check_haproxy_binary(&config.haproxy_bin).await?;
+    for dir in [&config.config_dir, &config.runtime_dir] {
+        std::fs::create_dir_all(dir).map_err(|source| RunError::Directory {
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let admin_socket = config.runtime_dir.join("admin.sock");
+    let mut translate = config.translate.clone();
+    translate.runtime_socket = Some(admin_socket.display().to_string());
+    let pipeline = Arc::new(Pipeline::load(
+        config.scripts_dir.as_deref(),
+        config.templates_dir.as_deref(),
+        translate,
+    )?);
+    // The manifests must be readable at start; later read errors keep the last good state.
+    files::load_dir(&config.manifests)?;
+
+    let metrics = Arc::new(Metrics::new());
+    let status = Arc::new(Status::new(metrics.clone()));
+    let listener = tokio::net::TcpListener::bind(config.admin_addr)
+        .await
+        .map_err(|source| RunError::AdminBind {
+            addr: config.admin_addr,
+            source,
+        })?;
+    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = tokio::spawn(admin::serve(listener, status.clone(), async {
+        let _ = admin_stopped.await;
+    }));
+    tracing::info!(addr = %config.admin_addr, "admin endpoint listening");
+
+    let supervision = match &config.external_master_socket {
+        Some(path) => Supervision::External {
+            master: Client::new(path, Duration::from_secs(5)),
+        },
+        None => Supervision::Managed {
+            bin: config.haproxy_bin.clone(),
+            master_socket: config.runtime_dir.join("master.sock"),
+            process: None,
+        },
+    };
+    let mut applier = Applier::new(
+        config.config_dir.clone(),
+        config.haproxy_bin.clone(),
+        supervision,
+        Client::new(&admin_socket, Duration::from_secs(5)),
+        metrics.clone(),
+    );
+
+    let (changes_tx, mut changes) = mpsc::unbounded_channel::<Instant>();
+    let _watch = watch::watch_dir(
+        &config.manifests,
+        changes_tx.clone(),
+        Duration::from_secs(5),
+    )?;
+    let _ = changes_tx.send(Instant::now());
+
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+    let mut health = tokio::time::interval(Duration::from_secs(1));
+
+    let result = loop {
+        tokio::select! {
+            _ = sigterm.recv() => break Ok(()),
+            _ = sigint.recv() => break Ok(()),
+            _ = health.tick() => {
+                if applier.running().is_some() && !applier.haproxy_alive() {
+                    break Err(RunError::HaproxyExited);
+                }
+            }
+            Some(first) = changes.recv() => {
+                // Coalesce a burst: wait until the source is quiet for `debounce`, but never
+                // longer than ten debounce periods after the first change.
+                let cap = first + config.debounce * 10;
+                loop {
+                    let quiet = tokio::time::sleep(config.debounce);
+                    tokio::select! {
+                        more = changes.recv() => {
+                            if more.is_none() || Instant::now() >= cap { break; }
+                        }
+                        _ = quiet => break,
+                    }
+                }
+                sync(&config, &pipeline, &mut applier, &status, &metrics, first).await;
+            }
+        }
+    };
+    tracing::info!("shutting down");
+    applier.shutdown().await;
+    let _ = stop_admin.send(());
+    let _ = admin_task.await;
+    result
+}
+
+/// One pass: read the source, run the pipeline, apply, report.
+async fn sync(
+    config: &RunConfig,
+    pipeline: &Arc<Pipeline>,
+    applier: &mut Applier,
+    status: &Status,
+    metrics: &Metrics,
+    first_event: Instant,
+) {
+    let started = Instant::now();
+    let dir = config.manifests.clone();
+    let p = pipeline.clone();
+    let computed = tokio::task::spawn_blocking(move || {
+        let loaded = files::load_dir(&dir).map_err(|e| (false, e.to_string()))?;
+        let mut diagnostics = loaded.diagnostics.into_sorted();
+        let store = Store::from_objects(loaded.objects);
+        let mut output = p.run(&store).map_err(|e| (true, e.to_string()))?;
+        diagnostics.append(&mut output.diagnostics);
+        output.diagnostics = diagnostics;
+        Ok::<_, (bool, String)>(output)
+    })
+    .await;
+    let output = match computed {
+        Ok(Ok(o)) => o,
+        Ok(Err((template, e))) => {
+            if template {
+                metrics.template_errors.inc(&[]);
+            }
+            fail(status, metrics, e);
+            return;
+        }
+        Err(e) => {
+            fail(status, metrics, format!("pipeline task: {e}"));
+            return;
+        }
+    };
+    report_diagnostics(&output.diagnostics, metrics);
+    let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
+    let config_text = output.rendered.haproxy_cfg().to_string();
+    let diagnostics = output.diagnostics.len();
+    let applied = Applied {
+        model: output.model,
+        rendered: output.rendered,
+    };
+    let result = applier.apply(applied, &pipeline.renderer).await;
+    metrics
+        .apply_duration
+        .observe(&[], started.elapsed().as_secs_f64());
+    match result {
+        Ok(outcome) => {
+            let (label, text) = match &outcome {
+                Outcome::Unchanged => ("unchanged", "unchanged".to_string()),
+                Outcome::Runtime { commands } => {
+                    ("runtime", format!("{commands} runtime commands"))
+                }
+                Outcome::Reloaded { reasons } => {
+                    ("reload", format!("reloaded: {}", reasons.join("; ")))
+                }
+            };
+            if outcome != Outcome::Unchanged {
+                tracing::info!(outcome = %text, "applied");
+                metrics
+                    .event_to_applied
+                    .observe(&[], first_event.elapsed().as_secs_f64());
+            }
+            metrics.applies.inc(&[label]);
+            metrics.last_applied_timestamp.set(
+                &[],
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or_default(),
+            );
+            metrics.ready.set(&[], 1.0);
+            status.update(|s| {
+                s.ready = true;
+                s.last_error = None;
+                s.last_outcome = Some(text);
+                s.diagnostics = diagnostics;
+                s.config = Some(config_text);
+                s.model = Some(model_json);
+            });
+        }
+        Err(e) => fail(status, metrics, e.to_string()),
+    }
+}
+
+fn fail(status: &Status, metrics: &Metrics, error: String) {
+    tracing::error!(error = %error, "apply failed; HAProxy keeps its current configuration");
+    metrics.applies.inc(&["failed"]);
+    status.update(|s| s.last_error = Some(error));
+}
+
+fn report_diagnostics(diagnostics: &[crate::diagnostics::Diagnostic], metrics: &Metrics) {
+    let mut warnings = 0;
+    let mut errors = 0;
+    for d in diagnostics {
+        match d.severity {
+            Severity::Warning => warnings += 1,
+            Severity::Error => errors += 1,
+        }
+        if let Subject::Source { file } = &d.subject {
+            metrics.script_errors.inc(&[file.as_str()]);
+        }
+        tracing::warn!("{d}");
+    }
+    metrics
+        .input_diagnostics
+        .set(&["warning"], f64::from(warnings));
+    metrics.input_diagnostics.set(&["error"], f64::from(errors));
+}
+
+/// Fails fast, with a clear message, when HAProxy cannot be run at all.
+async fn check_haproxy_binary(bin: &str) -> Result<(), RunError> {
+    let out = tokio::process::Command::new(bin)
+        .arg("-v")
+        .output()
+        .await
+        .map_err(|e| RunError::HaproxyMissing {
+            bin: bin.to_string(),
+            reason: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(RunError::HaproxyMissing {
+            bin: bin.to_string(),
+            reason: format!("`{bin} -v` exited with {}", out.status),
+        });
+    }
+    let version = String::from_utf8_lossy(&out.stdout);
+    tracing::info!(version = %version.lines().next().unwrap_or_default(), "using HAProxy");
+    Ok(())
+}

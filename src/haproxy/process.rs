@@ -1,0 +1,269 @@
+//! The HAProxy master-worker process: starting it, reloading it through the master CLI and
+//! verifying that the reload took, and stopping it.
+//!
+//! HAProxy 2.6 answers nothing to `reload`; 2.7 and later answer `Success=0|1`. Verification
+//! therefore reads `show proc` before and after: the master's reload counter must move, and
+//! its failed-reload counter must not.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command as Process};
+
+use super::client::{Client, ClientError};
+use super::command::Command;
+
+/// Something went wrong with the HAProxy process.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot start {bin}: {source}")]
+    Spawn { bin: String, source: std::io::Error },
+    #[error("HAProxy exited during start-up ({status}): {output}")]
+    ExitedAtStart { status: String, output: String },
+    #[error("HAProxy's master CLI at {path} did not answer within {timeout:?}: {last_error}")]
+    StartTimeout {
+        path: PathBuf,
+        timeout: Duration,
+        last_error: String,
+    },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("unexpected `show proc` answer: {0}")]
+    ShowProc(String),
+    /// The new configuration did not load; the previous workers keep serving.
+    #[error("reload failed: {0}")]
+    ReloadFailed(String),
+    #[error("reload not confirmed within {0:?}")]
+    ReloadTimeout(Duration),
+}
+
+/// The master's view of itself, from `show proc`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    pub master_pid: u32,
+    pub reloads: u64,
+    /// Failed reloads (2.6 prints `[failed: N]`; absent in some versions).
+    pub failed: Option<u64>,
+    pub workers: Vec<u32>,
+}
+
+/// Parses the master CLI's `show proc`.
+pub fn parse_show_proc(text: &str) -> Result<ProcStatus, ProcessError> {
+    let bad = || ProcessError::ShowProc(text.trim().to_string());
+    let mut master = None;
+    let mut workers = Vec::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let pid: u32 = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+        match words.next() {
+            Some("master") => {
+                let reloads = words.next().and_then(|w| w.parse().ok()).ok_or_else(bad)?;
+                let failed = line
+                    .split("[failed: ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(']').next())
+                    .and_then(|n| n.trim().parse().ok());
+                master = Some((pid, reloads, failed));
+            }
+            Some("worker") => workers.push(pid),
+            _ => {}
+        }
+    }
+    let (master_pid, reloads, failed) = master.ok_or_else(bad)?;
+    Ok(ProcStatus {
+        master_pid,
+        reloads,
+        failed,
+        workers,
+    })
+}
+
+/// Reads `show proc` from the master CLI.
+pub async fn show_proc(master: &Client) -> Result<ProcStatus, ProcessError> {
+    parse_show_proc(&master.execute(&Command::ShowProc).await?)
+}
+
+/// Reloads through the master CLI and waits until the outcome is known.
+pub async fn reload(master: &Client, timeout: Duration) -> Result<ProcStatus, ProcessError> {
+    let before = show_proc(master).await?;
+    let answer = master.execute(&Command::Reload).await?;
+    if answer.contains("Success=0") {
+        return Err(ProcessError::ReloadFailed(answer.trim().to_string()));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        // The master re-executes itself: its socket may refuse connections for a moment.
+        if let Ok(now) = show_proc(master).await {
+            if now.reloads > before.reloads {
+                if now.failed.unwrap_or(0) > before.failed.unwrap_or(0) {
+                    return Err(ProcessError::ReloadFailed(
+                        "HAProxy could not load the new configuration; the previous workers keep serving"
+                            .to_string(),
+                    ));
+                }
+                if answer.contains("Success=1") || !now.workers.is_empty() {
+                    return Ok(now);
+                }
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ProcessError::ReloadTimeout(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A master-worker HAProxy started and owned by Portcullis.
+#[derive(Debug)]
+pub struct Haproxy {
+    child: Child,
+    master: Client,
+}
+
+impl Haproxy {
+    /// Starts `bin -W -db -S <master_socket> -f <config>` and waits until the master CLI
+    /// reports a worker. HAProxy's own output is passed to our log.
+    pub async fn start(
+        bin: &str,
+        config: &Path,
+        master_socket: &Path,
+        timeout: Duration,
+    ) -> Result<Self, ProcessError> {
+        let _ = std::fs::remove_file(master_socket);
+        let mut child = Process::new(bin)
+            .arg("-W")
+            .arg("-db")
+            .arg("-S")
+            .arg(format!("{},mode,600", master_socket.display()))
+            .arg("-f")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| ProcessError::Spawn {
+                bin: bin.to_string(),
+                source,
+            })?;
+        let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        for stream in [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let tx = lines_tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stream).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::info!(target: "haproxy", "{line}");
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        drop(lines_tx);
+        let master = Client::new(master_socket, Duration::from_secs(5));
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last_error;
+        loop {
+            if let Some(status) = child.try_wait().map_err(|source| ProcessError::Spawn {
+                bin: bin.to_string(),
+                source,
+            })? {
+                let mut output = Vec::new();
+                while let Ok(line) = lines_rx.try_recv() {
+                    output.push(line);
+                }
+                return Err(ProcessError::ExitedAtStart {
+                    status: status.to_string(),
+                    output: output.join("\n"),
+                });
+            }
+            match show_proc(&master).await {
+                Ok(p) if !p.workers.is_empty() => break,
+                Ok(_) => last_error = "no worker yet".to_string(),
+                Err(e) => last_error = e.to_string(),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProcessError::StartTimeout {
+                    path: master_socket.to_path_buf(),
+                    timeout,
+                    last_error,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Keep draining HAProxy's output so it never blocks on a full pipe.
+        tokio::spawn(async move { while lines_rx.recv().await.is_some() {} });
+        Ok(Self { child, master })
+    }
+
+    pub fn master(&self) -> &Client {
+        &self.master
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Graceful stop: SIGUSR1 lets workers finish their connections; after `timeout` the
+    /// master is killed.
+    pub async fn stop(mut self, timeout: Duration) {
+        if let Some(pid) = self.child.id() {
+            // No `unsafe` in this crate, so the signal goes through kill(1).
+            let _ = Process::new("kill")
+                .arg("-USR1")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        if tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+
+    /// Whether the master is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_show_proc_of_2_6() {
+        let text = "#<PID>          <type>          <reloads>       <uptime>        <version>      \n\
+            513             master          2 [failed: 1]   0d00h10m25s     2.6.12-1+deb12u4\n\
+            # workers\n\
+            2927            worker          1               0d00h00m02s     2.6.12-1+deb12u4\n\
+            # programs\n";
+        assert_eq!(
+            parse_show_proc(text).unwrap(),
+            ProcStatus {
+                master_pid: 513,
+                reloads: 2,
+                failed: Some(1),
+                workers: vec![2927]
+            }
+        );
+        assert!(parse_show_proc("Unknown command").is_err());
+    }
+}
