@@ -244,7 +244,7 @@ async fn drain<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<()> {
 enum Head {
     /// The client closed without sending anything.
     Empty,
-    /// The request line and headers, without the blank line.
+    /// The request line and headers, up to and including the blank line.
     Complete(Vec<u8>),
     /// The client closed in the middle of the head.
     Incomplete,
