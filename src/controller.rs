@@ -17,7 +17,7 @@ use crate::apply::{Applied, Applier, Outcome, Supervision};
 use crate::diagnostics::{Severity, Subject};
 use crate::haproxy::client::Client;
 use crate::metrics::Metrics;
-use crate::pipeline::{LoadError, Pipeline};
+use crate::pipeline::{LoadError, Output, Pipeline};
 use crate::source::{files, watch};
 use crate::store::Store;
 
@@ -76,6 +76,8 @@ struct StatusInner {
     /// Set once the first configuration is serving; never unset by later failures.
     ready: bool,
     last_error: Option<String>,
+    /// Site scripts/templates that failed to load or render; the previous ones are in force.
+    site_error: Option<String>,
     last_outcome: Option<String>,
     diagnostics: usize,
     config: Option<String>,
@@ -105,6 +107,7 @@ impl AdminState for Status {
         let detail = serde_json::json!({
             "ready": inner.ready,
             "last_error": inner.last_error,
+            "site_error": inner.site_error,
             "last_outcome": inner.last_outcome,
             "diagnostics": inner.diagnostics,
         });
@@ -147,10 +150,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let admin_socket = config.runtime_dir.join("admin.sock");
     let mut translate = config.translate.clone();
     translate.runtime_socket = Some(admin_socket.display().to_string());
-    let pipeline = Arc::new(Pipeline::load(
+    let mut pipeline = Arc::new(Pipeline::load(
         config.scripts_dir.as_deref(),
         config.templates_dir.as_deref(),
-        translate,
+        translate.clone(),
     )?);
     // The manifests must be readable at start; later read errors keep the last good state.
     files::load_dir(&config.manifests)?;
@@ -194,6 +197,20 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         Duration::from_secs(5),
     )?;
     let _ = changes_tx.send(Instant::now());
+    // Site scripts and templates are hot: a change is compiled and test-rendered against the
+    // live state; only then does it replace the version in force.
+    let (site_tx, mut site_changes) = mpsc::unbounded_channel::<Instant>();
+    let mut _site_watches = Vec::new();
+    for dir in [&config.scripts_dir, &config.templates_dir]
+        .into_iter()
+        .flatten()
+    {
+        _site_watches.push(watch::watch_dir(
+            dir,
+            site_tx.clone(),
+            Duration::from_secs(5),
+        )?);
+    }
 
     use tokio::signal::unix::{SignalKind, signal};
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -210,19 +227,40 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 }
             }
             Some(first) = changes.recv() => {
-                // Coalesce a burst: wait until the source is quiet for `debounce`, but never
-                // longer than ten debounce periods after the first change.
-                let cap = first + config.debounce * 10;
-                loop {
-                    let quiet = tokio::time::sleep(config.debounce);
-                    tokio::select! {
-                        more = changes.recv() => {
-                            if more.is_none() || Instant::now() >= cap { break; }
+                settle(&mut changes, first, config.debounce).await;
+                match compute(&config, &pipeline).await {
+                    Ok(output) => {
+                        apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await;
+                    }
+                    Err(e) => fail(&status, &metrics, e),
+                }
+            }
+            Some(first) = site_changes.recv() => {
+                settle(&mut site_changes, first, config.debounce).await;
+                match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
+                    Ok(candidate) => {
+                        let candidate = Arc::new(candidate);
+                        match compute(&config, &candidate).await {
+                            Ok(output) => {
+                                tracing::info!("site scripts and templates reloaded");
+                                status.update(|s| s.site_error = None);
+                                pipeline = candidate;
+                                apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await;
+                            }
+                            Err(e) => {
+                                metrics.template_errors.inc(&[]);
+                                site_failed(&status, format!("site scripts/templates not applied, the previous ones stay in force: {e}"));
+                            }
                         }
-                        _ = quiet => break,
+                    }
+                    Err(e) => {
+                        match &e {
+                            LoadError::Scripts(_) => metrics.script_errors.inc(&["(compile)"]),
+                            LoadError::Templates(_) => metrics.template_errors.inc(&[]),
+                        }
+                        site_failed(&status, format!("site scripts/templates not applied, the previous ones stay in force: {e}"));
                     }
                 }
-                sync(&config, &pipeline, &mut applier, &status, &metrics, first).await;
             }
         }
     };
@@ -233,42 +271,54 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     result
 }
 
-/// One pass: read the source, run the pipeline, apply, report.
-async fn sync(
-    config: &RunConfig,
-    pipeline: &Arc<Pipeline>,
+/// Coalesces a burst: waits until the source is quiet for `debounce`, but never longer than
+/// ten debounce periods after the first change.
+async fn settle(
+    changes: &mut mpsc::UnboundedReceiver<Instant>,
+    first: Instant,
+    debounce: Duration,
+) {
+    let cap = first + debounce * 10;
+    loop {
+        let quiet = tokio::time::sleep(debounce);
+        tokio::select! {
+            more = changes.recv() => {
+                if more.is_none() || Instant::now() >= cap {
+                    break;
+                }
+            }
+            _ = quiet => break,
+        }
+    }
+}
+
+/// Reads the source and runs the pipeline, off the async threads.
+async fn compute(config: &RunConfig, pipeline: &Arc<Pipeline>) -> Result<Output, String> {
+    let dir = config.manifests.clone();
+    let p = pipeline.clone();
+    tokio::task::spawn_blocking(move || {
+        let loaded = files::load_dir(&dir).map_err(|e| e.to_string())?;
+        let mut diagnostics = loaded.diagnostics.into_sorted();
+        let store = Store::from_objects(loaded.objects);
+        let mut output = p.run(&store).map_err(|e| e.to_string())?;
+        diagnostics.append(&mut output.diagnostics);
+        output.diagnostics = diagnostics;
+        Ok(output)
+    })
+    .await
+    .map_err(|e| format!("pipeline task: {e}"))?
+}
+
+/// Applies a pipeline output and reports the outcome.
+async fn apply_output(
+    output: Output,
+    pipeline: &Pipeline,
     applier: &mut Applier,
     status: &Status,
     metrics: &Metrics,
     first_event: Instant,
 ) {
     let started = Instant::now();
-    let dir = config.manifests.clone();
-    let p = pipeline.clone();
-    let computed = tokio::task::spawn_blocking(move || {
-        let loaded = files::load_dir(&dir).map_err(|e| (false, e.to_string()))?;
-        let mut diagnostics = loaded.diagnostics.into_sorted();
-        let store = Store::from_objects(loaded.objects);
-        let mut output = p.run(&store).map_err(|e| (true, e.to_string()))?;
-        diagnostics.append(&mut output.diagnostics);
-        output.diagnostics = diagnostics;
-        Ok::<_, (bool, String)>(output)
-    })
-    .await;
-    let output = match computed {
-        Ok(Ok(o)) => o,
-        Ok(Err((template, e))) => {
-            if template {
-                metrics.template_errors.inc(&[]);
-            }
-            fail(status, metrics, e);
-            return;
-        }
-        Err(e) => {
-            fail(status, metrics, format!("pipeline task: {e}"));
-            return;
-        }
-    };
     report_diagnostics(&output.diagnostics, metrics);
     let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
     let config_text = output.rendered.haproxy_cfg().to_string();
@@ -318,6 +368,11 @@ async fn sync(
         }
         Err(e) => fail(status, metrics, e.to_string()),
     }
+}
+
+fn site_failed(status: &Status, error: String) {
+    tracing::error!(error = %error, "site scripts/templates rejected");
+    status.update(|s| s.site_error = Some(error));
 }
 
 fn fail(status: &Status, metrics: &Metrics, error: String) {
