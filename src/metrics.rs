@@ -402,7 +402,7 @@ impl<S: Series> Collect for Family<S> {
                 names: &self.label_names,
                 values,
             };
-            series.write(&self.config, &self.name, &labels, out);
+            series.write(&self.name, &labels, out);
         }
     }
 }
@@ -430,10 +430,10 @@ impl Collect for ErrorsCollector {
 trait Series: Send + 'static {
     /// The `# TYPE` keyword.
     const TYPE: &'static str;
-    /// Family-wide settings needed to create and write a series (histogram bounds).
+    /// Family-wide settings needed to create a series (histogram bounds).
     type Config: Send + Sync + 'static;
     fn new(config: &Self::Config) -> Self;
-    fn write(&self, config: &Self::Config, name: &str, labels: &Labels<'_>, out: &mut String);
+    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String);
 }
 
 impl Series for u64 {
@@ -444,7 +444,7 @@ impl Series for u64 {
         0
     }
 
-    fn write(&self, (): &(), name: &str, labels: &Labels<'_>, out: &mut String) {
+    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
         out.push_str(name);
         labels.write(out, None);
         let _ = writeln!(out, " {self}");
@@ -459,7 +459,7 @@ impl Series for f64 {
         0.0
     }
 
-    fn write(&self, (): &(), name: &str, labels: &Labels<'_>, out: &mut String) {
+    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
         out.push_str(name);
         labels.write(out, None);
         out.push(' ');
@@ -502,7 +502,7 @@ impl Series for Histogram {
         }
     }
 
-    fn write(&self, _: &Arc<[f64]>, name: &str, labels: &Labels<'_>, out: &mut String) {
+    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
         let mut cumulative = 0u64;
         let mut le = String::new();
         for (bound, n) in self.bounds.iter().zip(&self.buckets) {

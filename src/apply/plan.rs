@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{MapEntry, Model, ServerSlot};
+use crate::model::{CrtListEntry, MapEntry, Model, ServerSlot};
 use crate::render::{CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SSL_REDIRECT_MAP};
 
 /// One configuration as applied: the model and its files.
@@ -211,13 +211,15 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
     }
 }
 
-/// crt-list changes become: load each new certificate (`new`/`set`/`commit ssl cert`), add its
-/// crt-list line, then remove the lines and certificates no longer wanted. Certificate files are
-/// named by content hash, so a Secret whose content changed is an add plus a removal. The first
-/// line is the default certificate; changing it needs a reload.
+/// Certificate changes at run time. Each Secret has one file; a changed certificate is
+/// replaced in place (`set ssl cert` + `commit ssl cert`), which HAProxy allows for every
+/// certificate, the default one included. New crt-list lines load their certificate first
+/// (`new`/`set`/`commit ssl cert`) and are then added; removed lines are deleted, and their
+/// certificate too when nothing uses it. The first line is the default certificate: HAProxy
+/// will not delete it at run time, so changing which certificate is first needs a reload.
 fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
     let (a, b) = (&old.model.tls, &new.model.tls);
-    if a.crt_list == b.crt_list {
+    if a == b {
         return;
     }
     if a.crt_list.first() != b.crt_list.first() {
@@ -225,15 +227,14 @@ fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
             .push("the default certificate changed".to_string());
         return;
     }
-    let count = |list: &[crate::model::CrtListEntry], path: &str| {
-        list.iter().filter(|e| e.path == path).count()
-    };
-    let added: Vec<_> = b
+    let lines_of =
+        |list: &[CrtListEntry], path: &str| list.iter().filter(|e| e.path == path).count();
+    let added: Vec<&CrtListEntry> = b
         .crt_list
         .iter()
         .filter(|e| !a.crt_list.contains(e))
         .collect();
-    let removed: Vec<_> = a
+    let removed: Vec<&CrtListEntry> = a
         .crt_list
         .iter()
         .filter(|e| !b.crt_list.contains(e))
@@ -243,37 +244,51 @@ fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
     if added
         .iter()
         .chain(&removed)
-        .any(|e| count(&a.crt_list, &e.path) > 1 || count(&b.crt_list, &e.path) > 1)
+        .any(|e| lines_of(&a.crt_list, &e.path) > 1 || lines_of(&b.crt_list, &e.path) > 1)
     {
         plan.reload_reasons
             .push("a certificate used on several crt-list lines changed".to_string());
         return;
     }
-    let pem = |path: &str| {
-        b.pem_files
-            .iter()
-            .find(|p| p.path == path)
-            .map(|p| p.content.clone())
-    };
-    for entry in &added {
-        let loaded = a.pem_files.iter().any(|p| p.path == entry.path);
-        if !loaded {
-            let Some(content) = pem(&entry.path) else {
-                plan.reload_reasons
-                    .push(format!("certificate {} has no content", entry.path));
-                return;
-            };
-            plan.commands.push(Command::NewSslCert {
-                path: entry.path.clone(),
-            });
-            plan.commands.push(Command::SetSslCert {
-                path: entry.path.clone(),
-                pem: content,
-            });
-            plan.commands.push(Command::CommitSslCert {
-                path: entry.path.clone(),
-            });
+    let old_pem: BTreeMap<&str, &str> = a
+        .pem_files
+        .iter()
+        .map(|p| (p.path.as_str(), p.content.as_str()))
+        .collect();
+    for pem in &b.pem_files {
+        match old_pem.get(pem.path.as_str()) {
+            Some(content) if *content == pem.content => {}
+            Some(_) => {
+                plan.commands.push(Command::SetSslCert {
+                    path: pem.path.clone(),
+                    pem: pem.content.clone(),
+                });
+                plan.commands.push(Command::CommitSslCert {
+                    path: pem.path.clone(),
+                });
+            }
+            None => {
+                plan.commands.push(Command::NewSslCert {
+                    path: pem.path.clone(),
+                });
+                plan.commands.push(Command::SetSslCert {
+                    path: pem.path.clone(),
+                    pem: pem.content.clone(),
+                });
+                plan.commands.push(Command::CommitSslCert {
+                    path: pem.path.clone(),
+                });
+            }
         }
+    }
+    // A line whose SNI names changed is removed, then added again.
+    for entry in &removed {
+        plan.commands.push(Command::DelSslCrtList {
+            crt_list: CRT_LIST.to_string(),
+            path: entry.path.clone(),
+        });
+    }
+    for entry in &added {
         plan.commands.push(Command::AddSslCrtList {
             crt_list: CRT_LIST.to_string(),
             path: entry.path.clone(),
@@ -281,11 +296,7 @@ fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
         });
     }
     for entry in &removed {
-        plan.commands.push(Command::DelSslCrtList {
-            crt_list: CRT_LIST.to_string(),
-            path: entry.path.clone(),
-        });
-        if count(&b.crt_list, &entry.path) == 0 {
+        if !b.pem_files.iter().any(|p| p.path == entry.path) {
             plan.commands.push(Command::DelSslCert {
                 path: entry.path.clone(),
             });

@@ -153,7 +153,7 @@ impl Command {
             Command::DelMap { map, key } => format!("del map {} {}\n", w(map)?, w(key)?),
             Command::NewSslCert { path } => format!("new ssl cert {}\n", w(path)?),
             Command::SetSslCert { path, pem } => {
-                format!("set ssl cert {} <<\n{}\n", w(path)?, payload(name, pem)?)
+                format!("set ssl cert {} <<\n{}\n\n", w(path)?, payload(name, pem)?)
             }
             Command::CommitSslCert { path } => format!("commit ssl cert {}\n", w(path)?),
             Command::AbortSslCert { path } => format!("abort ssl cert {}\n", w(path)?),

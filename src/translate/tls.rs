@@ -1,10 +1,10 @@
 //! TLS Secrets become PEM files: certificate chain then private key.
 //!
 //! Only the PEM blocks are kept (re-wrapped from their decoded base64), so nothing else a
-//! Secret carries reaches disk. File names come from namespace, name and a content hash.
+//! Secret carries reaches disk. File names come from the Secret's namespace and name, which
+//! are validated DNS names, never from other user strings.
 
 use k8s_openapi::api::core::v1::Secret;
-use sha2::{Digest, Sha256};
 
 use crate::model::PemFile;
 use crate::objects::Key;
@@ -27,9 +27,11 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
         content.push_str(&encode_block(label, body));
     }
     content.push_str(&encode_block(&key_block.0, &key_block.1));
-    let hash = hex(&Sha256::digest(content.as_bytes()))[..12].to_string();
+    // One stable name per Secret: a rotated certificate replaces the content of the same
+    // file, which HAProxy updates in place (`set ssl cert` + `commit ssl cert`), also for the
+    // default certificate, which HAProxy will not remove from a crt-list at run time.
     Ok(PemFile {
-        path: format!("certs/{}_{}_{hash}.pem", key.namespace, key.name),
+        path: format!("certs/{}_{}.pem", key.namespace, key.name),
         content,
     })
 }
@@ -142,10 +144,6 @@ fn encode_block(label: &str, body: &[u8]) -> String {
     s
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,7 +179,7 @@ mod tests {
         );
         secret.string_data = Some(data);
         let pem = pem_file(&key, &secret).unwrap();
-        assert!(pem.path.starts_with("certs/ns_s_"));
+        assert_eq!(pem.path, "certs/ns_s.pem");
         assert!(pem.content.contains("QUJD") && pem.content.contains("REVG"));
     }
 }
