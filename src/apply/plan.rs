@@ -303,3 +303,161 @@ fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::Listen;
+    use crate::objects::Object;
+    use crate::pipeline::Pipeline;
+    use crate::store::Store;
+    use crate::translate::TranslateConfig;
+
+    fn pipeline() -> Pipeline {
+        Pipeline::load(
+            None,
+            None,
+            TranslateConfig {
+                version: "test".into(),
+                ingress_class: "portcullis".into(),
+                controller_class: "portcullis.io/ingress".into(),
+                watch_ingress_without_class: true,
+                config_map: None,
+                default_backend_service: None,
+                default_ssl_certificate: None,
+                listen: Listen {
+                    ipv4_address: "127.0.0.1".into(),
+                    http_port: 80,
+                    https_port: 443,
+                },
+                runtime_socket: None,
+            },
+        )
+        .unwrap()
+    }
+
+    /// A cluster: `paths` on host a.com to Service `web` (and `api` if `with_api`), `ips` as
+    /// web's endpoints, `annotations` on the Service.
+    fn cluster(
+        paths: &[&str],
+        ips: &[&str],
+        annotations: serde_json::Value,
+        with_api: bool,
+    ) -> Applied {
+        let mut objects = vec![
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                   "metadata": {"name": "i", "namespace": "ns"},
+                   "spec": {"rules": [{"host": "a.com", "http": {"paths": paths.iter().map(|p| json!({
+                        "path": p, "pathType": "Prefix",
+                        "backend": {"service": {"name": if p.starts_with("/api") && with_api {"api"} else {"web"}, "port": {"number": 80}}}
+                   })).collect::<Vec<_>>()}}]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "ns", "annotations": annotations},
+                   "spec": {"ports": [{"port": 80}]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "api", "namespace": "ns"},
+                   "spec": {"ports": [{"port": 80}]}}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                   "metadata": {"name": "web-1", "namespace": "ns", "labels": {"kubernetes.io/service-name": "web"}},
+                   "addressType": "IPv4", "ports": [{"port": 8080}],
+                   "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>()}),
+        ];
+        let store =
+            Store::from_objects(objects.into_iter().map(|v| Object::from_value(v).unwrap()));
+        let out = pipeline().run(&store).unwrap();
+        Applied {
+            model: out.model,
+            rendered: out.rendered,
+        }
+    }
+
+    fn plan_between(a: &Applied, b: &Applied) -> Plan {
+        plan(a, b, &pipeline().renderer)
+    }
+
+    #[test]
+    fn endpoint_changes_are_runtime_commands() {
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], json!({}), false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], json!({}), false);
+        let p = plan_between(&a, &b);
+        assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        let names: Vec<&str> = p.commands.iter().map(Command::name).collect();
+        assert!(
+            names.contains(&"set server addr") && names.contains(&"set server state"),
+            "{names:?}"
+        );
+        assert!(
+            p.commands
+                .iter()
+                .any(|c| c.to_string().contains("10.0.0.3"))
+        );
+        assert_eq!(plan_between(&a, &a), Plan::default());
+    }
+
+    #[test]
+    fn new_paths_are_map_updates() {
+        let a = cluster(&["/"], &["10.0.0.1"], json!({}), false);
+        let b = cluster(&["/", "/docs"], &["10.0.0.1"], json!({}), false);
+        let p = plan_between(&a, &b);
+        assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        let lines: Vec<String> = p.commands.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "add map maps/exact.map a.com/docs ns_web_80",
+                "add map maps/prefix.map a.com/docs/ ns_web_80"
+            ]
+        );
+        // And back: the entries are deleted.
+        let back = plan_between(&b, &a);
+        assert!(
+            back.commands.iter().all(|c| c.name() == "del map"),
+            "{back:?}"
+        );
+    }
+
+    #[test]
+    fn structural_changes_reload_with_a_reason() {
+        let a = cluster(&["/"], &["10.0.0.1"], json!({}), false);
+        let with_api = cluster(&["/", "/api"], &["10.0.0.1"], json!({}), true);
+        let p = plan_between(&a, &with_api);
+        assert!(p.commands.is_empty());
+        assert!(
+            p.reload_reasons[0].starts_with("backends changed"),
+            "{:?}",
+            p.reload_reasons
+        );
+
+        let slots = cluster(
+            &["/"],
+            &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+            json!({"haproxy.org/scale-server-slots": "2"}),
+            false,
+        );
+        let fewer = cluster(
+            &["/"],
+            &["10.0.0.1"],
+            json!({"haproxy.org/scale-server-slots": "2"}),
+            false,
+        );
+        let p = plan_between(&fewer, &slots);
+        assert!(
+            p.reload_reasons[0].starts_with("server slots of ns_web_80"),
+            "{:?}",
+            p.reload_reasons
+        );
+
+        let timeout = cluster(
+            &["/"],
+            &["10.0.0.1"],
+            json!({"haproxy.org/timeout-server": "7s"}),
+            false,
+        );
+        let p = plan_between(&a, &timeout);
+        assert!(
+            p.reload_reasons[0].contains("timeout server 7000"),
+            "{:?}",
+            p.reload_reasons
+        );
+    }
+}
