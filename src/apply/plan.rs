@@ -343,10 +343,10 @@ mod tests {
     fn cluster(
         paths: &[&str],
         ips: &[&str],
-        annotations: serde_json::Value,
+        annotations: &serde_json::Value,
         with_api: bool,
     ) -> Applied {
-        let mut objects = vec![
+        let objects = vec![
             json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
                    "metadata": {"name": "i", "namespace": "ns"},
                    "spec": {"rules": [{"host": "a.com", "http": {"paths": paths.iter().map(|p| json!({
@@ -377,8 +377,8 @@ mod tests {
 
     #[test]
     fn endpoint_changes_are_runtime_commands() {
-        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], json!({}), false);
-        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], json!({}), false);
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &json!({}), false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &json!({}), false);
         let p = plan_between(&a, &b);
         assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
         let names: Vec<&str> = p.commands.iter().map(Command::name).collect();
@@ -396,8 +396,8 @@ mod tests {
 
     #[test]
     fn new_paths_are_map_updates() {
-        let a = cluster(&["/"], &["10.0.0.1"], json!({}), false);
-        let b = cluster(&["/", "/docs"], &["10.0.0.1"], json!({}), false);
+        let a = cluster(&["/"], &["10.0.0.1"], &json!({}), false);
+        let b = cluster(&["/", "/docs"], &["10.0.0.1"], &json!({}), false);
         let p = plan_between(&a, &b);
         assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
         let lines: Vec<String> = p.commands.iter().map(ToString::to_string).collect();
@@ -418,8 +418,8 @@ mod tests {
 
     #[test]
     fn structural_changes_reload_with_a_reason() {
-        let a = cluster(&["/"], &["10.0.0.1"], json!({}), false);
-        let with_api = cluster(&["/", "/api"], &["10.0.0.1"], json!({}), true);
+        let a = cluster(&["/"], &["10.0.0.1"], &json!({}), false);
+        let with_api = cluster(&["/", "/api"], &["10.0.0.1"], &json!({}), true);
         let p = plan_between(&a, &with_api);
         assert!(p.commands.is_empty());
         assert!(
@@ -431,13 +431,13 @@ mod tests {
         let slots = cluster(
             &["/"],
             &["10.0.0.1", "10.0.0.2", "10.0.0.3"],
-            json!({"haproxy.org/scale-server-slots": "2"}),
+            &json!({"haproxy.org/scale-server-slots": "2"}),
             false,
         );
         let fewer = cluster(
             &["/"],
             &["10.0.0.1"],
-            json!({"haproxy.org/scale-server-slots": "2"}),
+            &json!({"haproxy.org/scale-server-slots": "2"}),
             false,
         );
         let p = plan_between(&fewer, &slots);
@@ -450,7 +450,7 @@ mod tests {
         let timeout = cluster(
             &["/"],
             &["10.0.0.1"],
-            json!({"haproxy.org/timeout-server": "7s"}),
+            &json!({"haproxy.org/timeout-server": "7s"}),
             false,
         );
         let p = plan_between(&a, &timeout);
