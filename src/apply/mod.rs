@@ -179,6 +179,7 @@ impl Applier {
                 self.metrics.config_check_failures.inc(&[]);
                 self.metrics.reload_failures.inc(&["check"]);
                 self.owed_reload.get_or_insert(reason_text);
+                self.apply_runtime_part(&new).await;
                 return Err(ApplyError::CheckRejected(messages));
             }
             Err(e) => return Err(ApplyError::Check(e)),
@@ -227,6 +228,44 @@ impl Applier {
         }
         self.running = Some(new);
         Ok(Outcome::Reloaded { reasons })
+    }
+
+    /// While a new configuration cannot be loaded, still sends what can change at run time
+    /// (endpoints, routes to existing backends, certificates), so a broken template or
+    /// annotation does not freeze everything else. The configuration on disk stays the last
+    /// good one; the reload is retried on every later change.
+    async fn apply_runtime_part(&mut self, new: &Applied) {
+        let Some(running) = &self.running else {
+            return;
+        };
+        let (commands, model) = plan::runtime_only(running, new);
+        let mut sent = 0;
+        for command in &commands {
+            match self.runtime.execute(command).await {
+                Ok(_) => {
+                    sent += 1;
+                    self.metrics.runtime_commands.inc(&[command.name(), "ok"]);
+                }
+                Err(e) => {
+                    self.metrics
+                        .runtime_commands
+                        .inc(&[command.name(), "error"]);
+                    tracing::warn!(error = %e, "runtime command failed");
+                }
+            }
+        }
+        if sent > 0 {
+            tracing::info!(
+                commands = sent,
+                "applied the runtime part of a configuration that cannot be loaded"
+            );
+        }
+        // Later plans start from what HAProxy now runs; the rendered files are the new ones so
+        // that returning to the old configuration is seen as a change.
+        self.running = Some(Applied {
+            model,
+            rendered: new.rendered.clone(),
+        });
     }
 
     /// Stops a managed HAProxy.

@@ -65,6 +65,86 @@ pub fn plan(old: &Applied, new: &Applied, renderer: &Renderer) -> Plan {
     plan
 }
 
+/// Runtime commands that bring the parts `old` and `new` share up to date, whatever else
+/// differs. Used when the new configuration cannot be loaded (it failed its check), so that
+/// endpoint, route and certificate changes still reach the running HAProxy instead of waiting
+/// for the configuration to be fixed. Returns the commands and the model HAProxy runs after
+/// them: the old structure with the new runtime state where it fits.
+pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
+    let mut plan = Plan::default();
+    let mut model = old.model.clone();
+    for ob in &mut model.backends {
+        let Some(nb) = new
+            .model
+            .backends
+            .iter()
+            .find(|b| b.name == ob.name && b.servers.len() == ob.servers.len())
+        else {
+            continue;
+        };
+        for (os, ns) in ob.servers.iter_mut().zip(&nb.servers) {
+            if os == ns {
+                continue;
+            }
+            let mut one = Plan::default();
+            server_commands(&nb.name, ns, &mut one);
+            if one.reload_reasons.is_empty() {
+                plan.commands.extend(one.commands);
+                *os = ns.clone();
+            }
+        }
+    }
+    // Routes may only point at backends (and route policies) the running HAProxy has.
+    let servable = |value: &str| {
+        let (backend, policy) = value.split_once('.').unwrap_or((value, ""));
+        old.model.backends.iter().any(|b| {
+            b.name == backend && (policy.is_empty() || b.policies.iter().any(|p| p.id == policy))
+        })
+    };
+    let merge = |old_entries: &[MapEntry], new_entries: &[MapEntry]| -> Vec<MapEntry> {
+        let mut out: BTreeMap<&str, &str> = BTreeMap::new();
+        for e in new_entries {
+            if servable(&e.value) {
+                out.insert(&e.key, &e.value);
+            } else if let Some(o) = old_entries.iter().find(|o| o.key == e.key) {
+                out.insert(&o.key, &o.value);
+            }
+        }
+        out.into_iter()
+            .map(|(k, v)| MapEntry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect()
+    };
+    model.maps.exact = merge(&old.model.maps.exact, &new.model.maps.exact);
+    model.maps.prefix = merge(&old.model.maps.prefix, &new.model.maps.prefix);
+    let codes = &old.model.redirect_codes;
+    model.maps.ssl_redirect = new
+        .model
+        .maps
+        .ssl_redirect
+        .iter()
+        .filter(|e| codes.iter().any(|c| c.to_string() == e.value))
+        .cloned()
+        .collect();
+    let target = Applied {
+        model: model.clone(),
+        rendered: new.rendered.clone(),
+    };
+    maps(old, &target, &mut plan);
+    if old.model.tls.enabled() && new.model.tls.enabled() {
+        let mut certs = Plan::default();
+        certificates(old, new, &mut certs);
+        if certs.reload_reasons.is_empty() {
+            plan.commands.extend(certs.commands);
+            model.tls = new.model.tls.clone();
+        }
+    }
+    plan.commands.retain(|c| c.to_wire().is_ok());
+    (plan.commands, model)
+}
+
 /// The model with everything the runtime API can change replaced by fixed placeholders.
 fn blank_runtime_parts(model: &Model) -> Model {
     let mut m = model.clone();
@@ -458,6 +538,35 @@ mod tests {
             p.reload_reasons[0].contains("timeout server 7000"),
             "{:?}",
             p.reload_reasons
+        );
+    }
+
+    #[test]
+    fn runtime_part_of_an_unloadable_change_skips_what_does_not_exist() {
+        let a = cluster(&["/"], &["10.0.0.1"], &json!({}), false);
+        // A new backend (needs a reload) plus an endpoint change on the existing one.
+        let b = cluster(&["/", "/api", "/docs"], &["10.0.0.9"], &json!({}), true);
+        let (commands, model) = runtime_only(&a, &b);
+        let lines: Vec<String> = commands.iter().map(ToString::to_string).collect();
+        assert!(
+            lines.iter().any(|l| l.contains("addr 10.0.0.9")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l == "add map maps/exact.map a.com/docs ns_web_80"),
+            "{lines:?}"
+        );
+        // Routes to the backend HAProxy does not have yet are left for the reload.
+        assert!(!lines.iter().any(|l| l.contains("ns_api_80")), "{lines:?}");
+        assert_eq!(model.backends.len(), 1);
+        assert!(
+            model
+                .maps
+                .exact
+                .iter()
+                .all(|e| !e.value.starts_with("ns_api_80"))
         );
     }
 }
