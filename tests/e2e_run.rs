@@ -1,0 +1,798 @@
+//! End-to-end tests of `portcullis run`: the real binary drives a real HAProxy, requests go
+//! through it over loopback to echo backends that say who they are, and the master CLI's reload
+//! counter shows whether a change needed a reload.
+//!
+//! Every test has its own ports, directories and processes, so they run in parallel.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use support::{
+    APPLY_TIMEOUT, Harness, copy_dir, endpoint_slices, fingerprint, holds_for, ingress, poll,
+    process_exists, route, self_signed, served_certificate, service, tls_secret, wait_until,
+    write_atomically,
+};
+
+const NS: &str = "shop";
+/// The body of the built-in default backend.
+const NOT_FOUND_BODY: &str = "404 Not Found: no route for this host and path";
+
+/// `(host, path, who answers)`: who is a backend name or `status <n>`.
+type Row = (&'static str, &'static str, &'static str);
+
+/// Checks every row with a real request and reports all mismatches at once.
+fn check_table(h: &Harness, table: &[Row]) {
+    let mut wrong = Vec::new();
+    for (host, path, want) in table {
+        let answer = h.get(host, path);
+        let got = answer.who();
+        if got != *want {
+            wrong.push(format!(
+                "  Host: {host:<24} {path:<22} want {want:<14} got {got}"
+            ));
+        } else if answer.status == 404 && answer.body != NOT_FOUND_BODY {
+            wrong.push(format!(
+                "  Host: {host:<24} {path:<22} 404 body {:?}",
+                answer.body
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} rows routed wrongly:\n{}",
+        wrong.len(),
+        table.len(),
+        wrong.join("\n")
+    );
+}
+
+/// Case 1: Ingress path and host semantics, request by request.
+#[test]
+fn routing_table() {
+    let mut h = Harness::new();
+    let services = [
+        "foo-exact",
+        "foo-prefix",
+        "api",
+        "api-v2",
+        "static",
+        "docs",
+        "wild",
+        "wild-api",
+        "root",
+        "nohost",
+        "nohost-exact",
+        "fallback",
+    ];
+    let mut backends = Vec::new();
+    for s in services {
+        backends.push(h.backend(NS, s));
+    }
+    h.write("services.yaml", &backends.join("---\n"));
+    let app = Some("app.example.com");
+    let wild = Some("*.example.com");
+    h.write(
+        "hosts.yaml",
+        &ingress(
+            NS,
+            "hosts",
+            &[
+                route(app, "/foo", "Exact", "foo-exact"),
+                route(app, "/foo", "Prefix", "foo-prefix"),
+                route(app, "/api", "Prefix", "api"),
+                route(app, "/api/v2", "Prefix", "api-v2"),
+                route(app, "/static", "ImplementationSpecific", "static"),
+                route(app, "/docs/", "Prefix", "docs"),
+                route(wild, "/", "Prefix", "wild"),
+                route(wild, "/api", "Prefix", "wild-api"),
+                route(Some("root.example.com"), "/", "Prefix", "root"),
+            ],
+            None,
+            &[],
+        ),
+    );
+    let shared = |default_backend| {
+        ingress(
+            NS,
+            "shared",
+            &[
+                route(None, "/shared", "Prefix", "nohost"),
+                route(None, "/exact-only", "Exact", "nohost-exact"),
+            ],
+            default_backend,
+            &[],
+        )
+    };
+    h.write("shared.yaml", &shared(Some("fallback")));
+    h.start(&[]);
+
+    let table: &[Row] = &[
+        // Exact beats Prefix on the same path; Prefix is element-wise.
+        ("app.example.com", "/foo", "foo-exact"),
+        ("app.example.com", "/foo?x=1", "foo-exact"),
+        ("app.example.com", "/foo/", "foo-prefix"),
+        ("app.example.com", "/foo/bar", "foo-prefix"),
+        // No rule of app.example.com matches: the wildcard host's `/` does.
+        ("app.example.com", "/foobar", "wild"),
+        // Longest prefix wins, element by element.
+        ("app.example.com", "/api", "api"),
+        ("app.example.com", "/api/", "api"),
+        ("app.example.com", "/api/users", "api"),
+        ("app.example.com", "/api/v2", "api-v2"),
+        ("app.example.com", "/api/v2/", "api-v2"),
+        ("app.example.com", "/api/v2/items/7", "api-v2"),
+        ("app.example.com", "/api/v2x", "api"),
+        ("app.example.com", "/apix", "wild"),
+        // ImplementationSpecific is a plain string prefix in Portcullis.
+        ("app.example.com", "/static", "static"),
+        ("app.example.com", "/static/app.css", "static"),
+        ("app.example.com", "/staticfiles", "static"),
+        // A Prefix path's trailing slash is ignored.
+        ("app.example.com", "/docs", "docs"),
+        ("app.example.com", "/docs/", "docs"),
+        ("app.example.com", "/docs/guide", "docs"),
+        ("app.example.com", "/docsx", "wild"),
+        // Host: case-insensitive, port ignored.
+        ("APP.EXAMPLE.COM", "/foo", "foo-exact"),
+        ("App.Example.Com", "/api/v2/x", "api-v2"),
+        ("app.example.com:8080", "/foo", "foo-exact"),
+        ("APP.example.com:80", "/foo/x", "foo-prefix"),
+        // The wildcard covers exactly one label.
+        ("a.example.com", "/", "wild"),
+        ("a.example.com", "/anything/at/all", "wild"),
+        ("a.example.com", "/api", "wild-api"),
+        ("a.example.com", "/api/x", "wild-api"),
+        ("A.Example.Com:81", "/api/x", "wild-api"),
+        ("a.b.example.com", "/", "fallback"),
+        ("a.b.example.com", "/shared/x", "nohost"),
+        ("example.com", "/", "fallback"),
+        ("example.com", "/shared", "nohost"),
+        // An exact host beats the wildcard; a wildcard match beats rules without a host.
+        ("root.example.com", "/", "root"),
+        ("root.example.com", "/api/x", "root"),
+        ("Root.Example.Com:8443", "/x", "root"),
+        ("app.example.com", "/shared", "wild"),
+        // Rules without a host, then spec.defaultBackend.
+        ("unknown.test", "/shared", "nohost"),
+        ("unknown.test", "/shared/", "nohost"),
+        ("unknown.test", "/shared/deep/path", "nohost"),
+        ("unknown.test", "/sharedx", "fallback"),
+        ("unknown.test", "/exact-only", "nohost-exact"),
+        ("unknown.test", "/exact-only/", "fallback"),
+        ("unknown.test", "/exact-only/x", "fallback"),
+        ("127.0.0.1", "/shared", "nohost"),
+        ("unknown.test", "/", "fallback"),
+        // A Host holding '/' could move the host/path boundary: refused.
+        ("evil.test/shared", "/x", "status 400"),
+    ];
+    check_table(&h, table);
+
+    // Without spec.defaultBackend, what matches nothing gets the built-in 404.
+    h.write("shared.yaml", &shared(None));
+    wait_until(APPLY_TIMEOUT, "the default backend is gone", || {
+        h.who("unknown.test", "/") == "status 404"
+    });
+    let table: &[Row] = &[
+        ("unknown.test", "/", "status 404"),
+        ("unknown.test", "/sharedx", "status 404"),
+        ("unknown.test", "/exact-only/", "status 404"),
+        ("a.b.example.com", "/", "status 404"),
+        ("example.com", "/foo", "status 404"),
+        ("unknown.test", "/shared/x", "nohost"),
+        ("app.example.com", "/foo", "foo-exact"),
+        ("a.example.com", "/x", "wild"),
+    ];
+    check_table(&h, table);
+}
+
+/// EndpointSlices for the `pool` Service: every echo server listed, ready when in `ready`.
+fn pool_slices(pool: &[(String, u16)], ready: &[&str]) -> String {
+    let endpoints: Vec<(&str, u16, bool)> = pool
+        .iter()
+        .map(|(name, port)| (name.as_str(), *port, ready.contains(&name.as_str())))
+        .collect();
+    endpoint_slices(NS, "pool", &endpoints)
+}
+
+/// Case 2: Endpoints come and go through the runtime API; only outgrowing the slots reloads.
+#[test]
+fn endpoint_scaling_without_reloads() {
+    let mut h = Harness::new();
+    let pool: Vec<(String, u16)> = ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .map(|s| (s.to_string(), h.echo(&format!("pool-{s}"))))
+        .collect();
+    let grow: Vec<(String, u16)> = (1..=5)
+        .map(|i| (i.to_string(), h.echo(&format!("grow-{i}"))))
+        .collect();
+    let grow_slices = |n: usize| {
+        let endpoints: Vec<(&str, u16, bool)> = grow[..n]
+            .iter()
+            .map(|(s, port)| (s.as_str(), *port, true))
+            .collect();
+        endpoint_slices(NS, "grow", &endpoints)
+    };
+    h.write(
+        "services.yaml",
+        &format!(
+            "{}---\n{}",
+            service(NS, "pool", &[]),
+            service(NS, "grow", &[("haproxy.org/scale-server-slots", "4")])
+        ),
+    );
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "pools",
+            &[
+                route(Some("pool.example.com"), "/", "Prefix", "pool"),
+                route(Some("grow.example.com"), "/", "Prefix", "grow"),
+            ],
+            None,
+            &[],
+        ),
+    );
+    h.write(
+        "pool-endpoints.yaml",
+        &pool_slices(&pool, &["a", "b", "c", "d"]),
+    );
+    h.write("grow-endpoints.yaml", &grow_slices(3));
+    h.start(&[]);
+    let start = h.reloads();
+
+    let steps: [&[&str]; 5] = [
+        &["a", "b", "c", "d"],
+        &["a", "b", "c", "d", "e", "f", "g", "h"],
+        &["b", "g"],
+        &[],
+        &["a", "d", "h"],
+    ];
+    for ready in steps {
+        h.write("pool-endpoints.yaml", &pool_slices(&pool, ready));
+        let want: BTreeSet<String> = if ready.is_empty() {
+            BTreeSet::from(["status 503".to_string()])
+        } else {
+            ready.iter().map(|s| format!("pool-{s}")).collect()
+        };
+        // Round robin: three rounds over the ready servers show every one of them.
+        let requests = 3 * ready.len().max(2);
+        let seen = poll(APPLY_TIMEOUT, || {
+            let seen = h.answering("pool.example.com", "/", requests);
+            (seen == want).then_some(seen)
+        });
+        assert!(
+            seen.is_some(),
+            "{} ready endpoints: want {want:?}, still answering {:?}",
+            ready.len(),
+            h.answering("pool.example.com", "/", requests)
+        );
+        // Stable, not a moment in a transition.
+        assert_eq!(h.answering("pool.example.com", "/", requests), want);
+        assert_eq!(h.reloads(), start, "after going to {ready:?}");
+    }
+    // The grow Service has slots in blocks of 4: 3 endpoints fit, 5 need a second block.
+    assert_eq!(
+        h.answering("grow.example.com", "/", 9),
+        BTreeSet::from(["grow-1", "grow-2", "grow-3"].map(String::from))
+    );
+    h.write("grow-endpoints.yaml", &grow_slices(5));
+    let want: BTreeSet<String> = (1..=5).map(|i| format!("grow-{i}")).collect();
+    wait_until(APPLY_TIMEOUT, "5 grow endpoints answer", || {
+        h.answering("grow.example.com", "/", 15) == want
+    });
+    assert_eq!(
+        h.reloads(),
+        (start.0 + 1, start.1),
+        "one reload for the new slot block"
+    );
+    assert_eq!(h.answering("pool.example.com", "/", 9).len(), 3);
+}
+
+/// Case 3: Hundreds of new paths on a live host are map entries, not a reload.
+#[test]
+fn five_hundred_new_paths_without_reloads() {
+    const N: usize = 500;
+    const BACKENDS: usize = 7;
+    let mut h = Harness::new();
+    let mut docs = vec![h.backend(NS, "base")];
+    for b in 0..BACKENDS {
+        docs.push(h.backend(NS, &format!("b{b}")));
+    }
+    h.write("services.yaml", &docs.join("---\n"));
+    let host = Some("bulk.example.com");
+    let names: Vec<String> = (0..BACKENDS).map(|b| format!("b{b}")).collect();
+    let seeds: Vec<String> = (0..BACKENDS).map(|b| format!("/seed-{b}")).collect();
+    let mut routes = vec![route(host, "/", "Prefix", "base")];
+    // Every backend is in use from the start: the new paths add no backend.
+    for b in 0..BACKENDS {
+        routes.push(route(host, &seeds[b], "Exact", &names[b]));
+    }
+    h.write("bulk.yaml", &ingress(NS, "bulk", &routes, None, &[]));
+    h.start(&[]);
+    let start = h.reloads();
+    assert_eq!(h.who("bulk.example.com", "/p499/x"), "base");
+
+    let paths: Vec<String> = (0..N).map(|i| format!("/p{i}")).collect();
+    for (i, path) in paths.iter().enumerate() {
+        routes.push(route(host, path, "Prefix", &names[i % BACKENDS]));
+    }
+    h.write("bulk.yaml", &ingress(NS, "bulk", &routes, None, &[]));
+    let last = format!("b{}", (N - 1) % BACKENDS);
+    wait_until(APPLY_TIMEOUT, "the last new path routes", || {
+        h.who("bulk.example.com", "/p499/x") == last
+    });
+
+    let mut wrong = Vec::new();
+    for i in 0..N {
+        let want = format!("b{}", i % BACKENDS);
+        let mut check = |path: String, want: &str| {
+            let got = h.who("bulk.example.com", &path);
+            if got != want {
+                wrong.push(format!("{path}: want {want}, got {got}"));
+            }
+        };
+        check(format!("/p{i}/x"), &want);
+        if i % 5 == 0 {
+            check(format!("/p{i}"), &want);
+            // Prefix is element-wise: /p{i}z is not under /p{i}.
+            check(format!("/p{i}z"), "base");
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert_eq!(h.who("bulk.example.com", "/seed-3"), "b3");
+    assert_eq!(h.reloads(), start, "500 new paths must not reload");
+}
+
+/// Writes `secure.example.com`'s Secret and Ingress.
+fn secure_manifests(h: &Harness, cert: &(String, String)) {
+    h.write(
+        "secret.yaml",
+        &tls_secret(NS, "secure-tls", &cert.0, &cert.1),
+    );
+}
+
+/// The fingerprint of what HAProxy serves for `sni`.
+fn served_fingerprint(h: &Harness, sni: &str) -> Option<String> {
+    served_certificate(h.https_port, sni).map(|pem| fingerprint(&h.work(), &pem))
+}
+
+/// Case 4a: Rotating the only certificate (so also the default one) is a runtime change.
+#[test]
+fn certificate_rotation_without_reload() {
+    let mut h = Harness::new();
+    let a = self_signed(&h.work(), "secure.example.com", "first");
+    let b = self_signed(&h.work(), "secure.example.com", "second");
+    let (fp_a, fp_b) = (fingerprint(&h.work(), &a.0), fingerprint(&h.work(), &b.0));
+    assert_ne!(fp_a, fp_b);
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "secure",
+            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
+            None,
+            &[("secure-tls", &["secure.example.com"])],
+        ),
+    );
+    secure_manifests(&h, &a);
+    h.start(&[]);
+    assert_eq!(
+        served_fingerprint(&h, "secure.example.com"),
+        Some(fp_a.clone())
+    );
+    let start = h.reloads();
+
+    secure_manifests(&h, &b);
+    let served = poll(APPLY_TIMEOUT, || {
+        served_fingerprint(&h, "secure.example.com").filter(|fp| *fp == fp_b)
+    });
+    assert_eq!(
+        served,
+        Some(fp_b),
+        "the new certificate is not served; last served {:?}",
+        served_fingerprint(&h, "secure.example.com")
+    );
+    assert_eq!(h.reloads(), start, "rotating a certificate must not reload");
+    // And back: the first certificate again.
+    secure_manifests(&h, &a);
+    wait_until(
+        APPLY_TIMEOUT,
+        "the first certificate is served again",
+        || served_fingerprint(&h, "secure.example.com").as_deref() == Some(fp_a.as_str()),
+    );
+    assert_eq!(h.reloads(), start, "rotating a certificate must not reload");
+    // Plain HTTP for a TLS host is redirected (ssl-redirect defaults to on).
+    assert_eq!(h.who("secure.example.com", "/x"), "status 302");
+    assert_eq!(h.who("other.example.com", "/x"), "status 404");
+}
+
+/// Case 4b: Rotating a certificate beside a `--default-ssl-certificate`; the default stays.
+#[test]
+fn certificate_rotation_beside_a_default_certificate() {
+    let mut h = Harness::new();
+    let default = self_signed(&h.work(), "default.example.com", "default");
+    let a = self_signed(&h.work(), "secure.example.com", "first");
+    let b = self_signed(&h.work(), "secure.example.com", "second");
+    let fp = |c: &(String, String)| fingerprint(&h.work(), &c.0);
+    let (fp_default, fp_a, fp_b) = (fp(&default), fp(&a), fp(&b));
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    h.write(
+        "default-secret.yaml",
+        &tls_secret(NS, "default-tls", &default.0, &default.1),
+    );
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "secure",
+            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
+            None,
+            &[("secure-tls", &["secure.example.com"])],
+        ),
+    );
+    secure_manifests(&h, &a);
+    h.start(&["--default-ssl-certificate", "shop/default-tls"]);
+    assert_eq!(served_fingerprint(&h, "secure.example.com"), Some(fp_a));
+    assert_eq!(
+        served_fingerprint(&h, "other.example.com"),
+        Some(fp_default.clone())
+    );
+    let start = h.reloads();
+
+    secure_manifests(&h, &b);
+    wait_until(APPLY_TIMEOUT, "the new certificate is served", || {
+        served_fingerprint(&h, "secure.example.com").as_deref() == Some(fp_b.as_str())
+    });
+    assert_eq!(
+        served_fingerprint(&h, "other.example.com"),
+        Some(fp_default)
+    );
+    assert_eq!(h.reloads(), start, "rotating a certificate must not reload");
+}
+
+/// Case 5: A burst of changes is coalesced.
+#[test]
+fn burst_of_changes_is_coalesced() {
+    const CHANGES: usize = 200;
+    let mut h = Harness::new();
+    let mut docs = Vec::new();
+    for s in 0..4 {
+        docs.push(h.backend(NS, &format!("s{s}")));
+    }
+    h.write("services.yaml", &docs.join("---\n"));
+    let host = Some("burst.example.com");
+    // State i: /burst goes to s(i % 4) and /marker-i exists. Consecutive states use different
+    // sets of backends, so each one alone would need a reload.
+    let state = |i: usize| {
+        let target = format!("s{}", i % 4);
+        let marker = format!("/marker-{i}");
+        ingress(
+            NS,
+            "burst",
+            &[
+                route(host, "/burst", "Prefix", &target),
+                route(host, &marker, "Exact", "s0"),
+            ],
+            None,
+            &[],
+        )
+    };
+    h.write("burst.yaml", &state(1000));
+    h.start(&[]);
+    assert_eq!(h.who("burst.example.com", "/burst"), "s0");
+    let start = h.reloads();
+
+    let began = Instant::now();
+    for i in 0..CHANGES {
+        h.write("burst.yaml", &state(i));
+        // Spread the burst over a few hundred milliseconds, longer than the debounce.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(1), "the burst took {took:?}");
+
+    let last = CHANGES - 1;
+    let final_marker = format!("/marker-{last}");
+    let final_target = format!("s{}", last % 4);
+    let is_final = || {
+        h.who("burst.example.com", "/burst/x") == final_target
+            && h.who("burst.example.com", &final_marker) == "s0"
+    };
+    wait_until(APPLY_TIMEOUT, "the final state is served", is_final);
+    // Nothing more happens once the final state is served.
+    holds_for(Duration::from_millis(500), "the final state", is_final);
+    assert_eq!(h.who("burst.example.com", "/marker-198"), "status 404");
+    assert_eq!(h.who("burst.example.com", "/marker-1000"), "status 404");
+    let (reloads, failed) = h.reloads();
+    assert_eq!(failed, start.1);
+    assert!(
+        reloads - start.0 <= 2,
+        "{} reloads for a burst of {CHANGES} changes",
+        reloads - start.0
+    );
+}
+
+/// `old` and `new` Services (echo servers named after them, `old` with one endpoint per name in
+/// `old`) and an Ingress routing all of `keep.example.com` to `old`.
+fn keep_cluster(h: &mut Harness, old: &[&str]) {
+    let old_endpoints: Vec<(String, u16)> = old
+        .iter()
+        .map(|name| (name.to_string(), h.echo(name)))
+        .collect();
+    let new_port = h.echo("new");
+    write_keep_services(h, &old_endpoints, new_port);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "keep",
+            &[route(Some("keep.example.com"), "/", "Prefix", "old")],
+            None,
+            &[],
+        ),
+    );
+}
+
+fn write_keep_services(h: &Harness, old: &[(String, u16)], new_port: u16) {
+    let old: Vec<(&str, u16, bool)> = old.iter().map(|(n, p)| (n.as_str(), *p, true)).collect();
+    h.write(
+        "services.yaml",
+        &[
+            service(NS, "old", &[]),
+            endpoint_slices(NS, "old", &old),
+            service(NS, "new", &[]),
+            endpoint_slices(NS, "new", &[("0", new_port, true)]),
+        ]
+        .join("---\n"),
+    );
+}
+
+/// The bundled templates, copied to be the site's templates.
+fn site_templates(h: &Harness) -> std::path::PathBuf {
+    let templates = h.work().join("templates");
+    copy_dir(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates"),
+        &templates,
+    );
+    templates
+}
+
+/// Edits a site template file in place.
+fn edit_template(templates: &std::path::Path, file: &str, edit: impl FnOnce(String) -> String) {
+    let file = templates.join(file);
+    let text = std::fs::read_to_string(&file).unwrap();
+    write_atomically(&file, &edit(text));
+}
+
+/// Makes the site's `parts/defaults.j2` render a keyword HAProxy does not know.
+fn break_defaults_template(templates: &std::path::Path) {
+    edit_template(templates, "parts/defaults.j2", |t| {
+        t + "  no-such-keyword\n"
+    });
+}
+
+/// Whether the controller has taken in the broken template: it either rendered it (the desired
+/// configuration shows it) or already had HAProxy reject it.
+fn broken_template_seen(h: &Harness) -> bool {
+    h.admin("/debug/config")
+        .is_some_and(|a| a.body.contains("no-such-keyword"))
+        || h.try_metric("portcullis_config_check_failures_total")
+            .is_some_and(|v| v >= 1.0)
+}
+
+fn failed_applies(h: &Harness) -> f64 {
+    h.metric("portcullis_applies_total{outcome=\"failed\"}")
+}
+
+/// Case 6: A configuration HAProxy rejects is never loaded; traffic keeps its routes, and
+/// endpoint changes still reach HAProxy through the runtime API.
+#[test]
+fn rejected_configuration_keeps_traffic() {
+    let mut h = Harness::new();
+    let templates = site_templates(&h);
+    keep_cluster(&mut h, &["old"]);
+    h.start(&["--templates-dir", templates.to_str().unwrap()]);
+    assert_eq!(h.who("keep.example.com", "/"), "old");
+    let start = h.reloads();
+    assert_eq!(h.metric("portcullis_config_check_failures_total"), 0.0);
+
+    break_defaults_template(&templates);
+    wait_until(APPLY_TIMEOUT, "the broken template is taken in", || {
+        broken_template_seen(&h)
+    });
+    let failed = failed_applies(&h);
+    // A change that needs a reload: a new backend.
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "keep",
+            &[
+                route(Some("keep.example.com"), "/", "Prefix", "old"),
+                route(Some("keep.example.com"), "/new", "Prefix", "new"),
+            ],
+            None,
+            &[],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the manifest change is rejected", || {
+        failed_applies(&h) > failed
+    });
+
+    assert_eq!(h.reloads(), start, "nothing was reloaded");
+    assert!(h.metric("portcullis_config_check_failures_total") >= 1.0);
+    assert_eq!(h.who("keep.example.com", "/"), "old");
+    assert_eq!(h.who("keep.example.com", "/new"), "old");
+    let (status, ready) = h.readyz().unwrap();
+    assert_eq!(status, 200, "{ready}");
+    let last_error = ready["last_error"].as_str().unwrap_or_default();
+    assert!(
+        last_error.contains("rejected") && last_error.contains("no-such-keyword"),
+        "last_error: {last_error:?}"
+    );
+
+    // While the configuration cannot be loaded, endpoints still change at run time.
+    let old_2 = h.echo("old-2");
+    let old_1 = h.echo("old-1");
+    let new_port = h.echo("new-2");
+    write_keep_services(
+        &h,
+        &[("1".to_string(), old_1), ("2".to_string(), old_2)],
+        new_port,
+    );
+    let want = BTreeSet::from(["old-1".to_string(), "old-2".to_string()]);
+    wait_until(APPLY_TIMEOUT, "the new endpoints of old answer", || {
+        h.answering("keep.example.com", "/", 6) == want
+    });
+    assert_eq!(h.reloads(), start, "nothing was reloaded");
+}
+
+/// Case 6b: A site template edit on its own reaches HAProxy.
+#[test]
+#[ignore = "BUG: a site template edit at run time is applied as \"0 runtime commands\" and never reloaded: apply::plan::plan renders the old and the new model with the same (new) renderer, so a template change never looks structural"]
+fn site_template_edit_takes_effect() {
+    let mut h = Harness::new();
+    let templates = site_templates(&h);
+    keep_cluster(&mut h, &["old"]);
+    h.start(&["--templates-dir", templates.to_str().unwrap()]);
+    assert_eq!(h.get("nothing.example.com", "/").body, NOT_FOUND_BODY);
+    let start = h.reloads();
+
+    edit_template(&templates, "parts/default-backend.j2", |t| {
+        t.replace(NOT_FOUND_BODY, "404 custom: nothing here")
+    });
+    let served = poll(APPLY_TIMEOUT, || {
+        Some(h.get("nothing.example.com", "/").body).filter(|b| b == "404 custom: nothing here")
+    });
+    assert!(
+        served.is_some(),
+        "the edited template is not served: body {:?}; /readyz {:?}",
+        h.get("nothing.example.com", "/").body,
+        h.readyz()
+    );
+    assert_eq!(h.reloads(), (start.0 + 1, start.1));
+}
+
+/// Case 6c: A site template edit that HAProxy rejects is reported, and the configuration on disk
+/// stays the one HAProxy runs.
+#[test]
+#[ignore = "BUG: a site template edit that HAProxy rejects is never checked: it is applied as \"0 runtime commands\", written to haproxy.cfg on disk, and no error is reported (same cause as site_template_edit_takes_effect)"]
+fn broken_site_template_alone_is_rejected() {
+    let mut h = Harness::new();
+    let templates = site_templates(&h);
+    keep_cluster(&mut h, &["old"]);
+    h.start(&["--templates-dir", templates.to_str().unwrap()]);
+    let start = h.reloads();
+
+    break_defaults_template(&templates);
+    wait_until(APPLY_TIMEOUT, "the broken template is taken in", || {
+        broken_template_seen(&h)
+    });
+    let on_disk = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    let (_, ready) = h.readyz().unwrap();
+    assert!(
+        !on_disk.contains("no-such-keyword"),
+        "a configuration HAProxy rejects was written to haproxy.cfg; /readyz: {ready}"
+    );
+    assert!(
+        h.metric("portcullis_config_check_failures_total") >= 1.0,
+        "the broken template was not checked; /readyz: {ready}"
+    );
+    let last_error = ready["last_error"].as_str().unwrap_or_default();
+    assert!(last_error.contains("no-such-keyword"), "/readyz: {ready}");
+    assert_eq!(h.reloads(), start);
+    assert_eq!(h.who("keep.example.com", "/"), "old");
+}
+
+/// Case 7a: SIGTERM: exit 0, and HAProxy is gone.
+#[test]
+fn sigterm_exits_zero_and_stops_haproxy() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    let proc = h.show_proc();
+    assert!(process_exists(proc.master_pid));
+    assert!(!proc.workers.is_empty());
+    let status = h.terminate(Duration::from_secs(20));
+    let status = status.unwrap_or_else(|| panic!("no exit within 20s after SIGTERM\n{}", h.log()));
+    assert_eq!(status.code(), Some(0), "{}", h.log());
+    for pid in std::iter::once(proc.master_pid).chain(proc.workers) {
+        wait_until(
+            Duration::from_secs(5),
+            "HAProxy's processes are gone",
+            || !process_exists(pid),
+        );
+    }
+    assert!(
+        h.try_get("keep.example.com", "/").is_none(),
+        "something still serves"
+    );
+}
+
+/// Case 7b: A missing HAProxy binary is a quick, clear failure.
+#[test]
+fn missing_haproxy_binary_fails_fast() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    let began = Instant::now();
+    let out = support::output_within(
+        h.command(&["--haproxy-bin", "/nonexistent/haproxy"]),
+        Duration::from_secs(10),
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        began.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exited with {}", out.status);
+    assert_eq!(out.status.code(), Some(4), "{stderr}");
+    assert!(stderr.contains("/nonexistent/haproxy"), "{stderr}");
+}
+
+/// Case 8: A manifest edit routes within about a second.
+#[test]
+fn live_edit_applies_within_a_second() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    let host = Some("keep.example.com");
+    let mut worst = Duration::ZERO;
+    for (i, path) in ["/one", "/two", "/three"].iter().enumerate() {
+        h.write(
+            "ingress.yaml",
+            &ingress(
+                NS,
+                "keep",
+                &[
+                    route(host, "/", "Prefix", "old"),
+                    route(host, path, "Exact", "new"),
+                ],
+                None,
+                &[],
+            ),
+        );
+        let written = Instant::now();
+        wait_until(Duration::from_secs(5), "the edited path routes", || {
+            h.who("keep.example.com", path) == "new"
+        });
+        let took = written.elapsed();
+        worst = worst.max(took);
+        assert!(took < Duration::from_millis(1500), "edit {i} took {took:?}");
+    }
+    assert_eq!(h.who("keep.example.com", "/one"), "old");
+    assert_eq!(h.who("keep.example.com", "/three"), "new");
+    assert!(worst < Duration::from_millis(1500), "{worst:?}");
+}

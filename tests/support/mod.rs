@@ -1,0 +1,861 @@
+//! Support for the end-to-end tests of `portcullis run`: a [`Harness`] that owns a manifest
+//! directory, loopback echo backends and a real `portcullis run` driving a real HAProxy, and
+//! small clients for what the tests look at (HTTP through HAProxy, the master CLI, the admin
+//! endpoint, `openssl s_client`).
+//!
+//! Everything is bounded: every wait polls a condition against a deadline, every socket has a
+//! timeout, and the process is stopped (SIGTERM, then SIGKILL) when the harness is dropped.
+//! Ports are handed out, never hard-coded, so tests run in parallel.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use portcullis::demo::{EchoServer, spawn_echo};
+
+/// How long `portcullis run` may take to serve its first configuration (HAProxy start included),
+/// with room for a busy 2-core machine running the tests in parallel.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a change may take to show, for waits that are not themselves the measurement.
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(15);
+/// Socket timeouts for every client here.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between two polls.
+const POLL_EVERY: Duration = Duration::from_millis(10);
+
+// ---------------------------------------------------------------------------------------------
+// Polling
+
+/// Polls `condition` every 10 ms until it holds or `timeout` passes; panics naming `what` if it
+/// never held. Returns how long it took.
+pub fn wait_until(timeout: Duration, what: &str, mut condition: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    let max_polls = timeout.as_millis() / POLL_EVERY.as_millis() + 10;
+    for _ in 0..max_polls {
+        if condition() {
+            return started.elapsed();
+        }
+        if started.elapsed() >= timeout {
+            break;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+    panic!("timed out after {timeout:?} waiting until {what}");
+}
+
+/// Polls `probe` until it returns `Some`, or returns the last `None` after `timeout`.
+pub fn poll<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let started = Instant::now();
+    let max_polls = timeout.as_millis() / POLL_EVERY.as_millis() + 10;
+    for _ in 0..max_polls {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        if started.elapsed() >= timeout {
+            break;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+    None
+}
+
+/// Checks that `condition` holds on every poll for the whole of `window` (something that must
+/// not happen is given the time to happen).
+pub fn holds_for(window: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    let max_polls = window.as_millis() / POLL_EVERY.as_millis() + 10;
+    for _ in 0..max_polls {
+        assert!(
+            condition(),
+            "{what} stopped holding after {:?}",
+            started.elapsed()
+        );
+        if started.elapsed() >= window {
+            return;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ports
+
+/// Ports already handed out by this test process, so that two harnesses never share one.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// A loopback port that nothing listens on: bound on 127.0.0.1 and released, and never handed
+/// out twice by this process.
+///
+/// Ports are taken below the kernel's ephemeral range when there is room for that: the echo
+/// backends (bound to port 0) and every outgoing connection of the tests and of HAProxy take
+/// their ports from the ephemeral range, so they can never grab a port between its release here
+/// and HAProxy binding it. Otherwise the kernel picks (port 0).
+pub fn free_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .next()
+                .and_then(|w| w.parse::<u32>().ok())
+        })
+        .unwrap_or(0);
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    if low >= 12_000 {
+        // Spread processes over the range; within one process, count up.
+        let span = low - 10_000;
+        let base = 10_000 + std::process::id().wrapping_mul(7919) % span;
+        for _ in 0..2_000 {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = u16::try_from(10_000 + (base - 10_000 + n) % span).unwrap_or(0);
+            if port == 0 || handed.contains(&port) {
+                continue;
+            }
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.insert(port);
+                return port;
+            }
+        }
+    }
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
+        let port = listener.local_addr().expect("local address").port();
+        if handed.insert(port) {
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifests
+
+/// A Service `name` in `ns` with one port, 80, named `http`, and these annotations.
+pub fn service(ns: &str, name: &str, annotations: &[(&str, &str)]) -> String {
+    let mut out =
+        format!("apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\n  namespace: {ns}\n");
+    if !annotations.is_empty() {
+        out.push_str("  annotations:\n");
+        for (k, v) in annotations {
+            out.push_str(&format!("    {k}: {v:?}\n"));
+        }
+    }
+    out.push_str("spec:\n  ports:\n    - {name: http, port: 80, targetPort: http}\n");
+    out
+}
+
+/// One EndpointSlice per endpoint of Service `name` (a slice lists one port for all of its
+/// endpoints, and every loopback echo server has its own port): `(slice suffix, port, ready)`.
+pub fn endpoint_slices(ns: &str, name: &str, endpoints: &[(&str, u16, bool)]) -> String {
+    let mut docs = Vec::new();
+    for (suffix, port, ready) in endpoints {
+        docs.push(format!(
+            "apiVersion: discovery.k8s.io/v1\n\
+             kind: EndpointSlice\n\
+             metadata:\n  name: {name}-{suffix}\n  namespace: {ns}\n  \
+             labels: {{kubernetes.io/service-name: {name}}}\n\
+             addressType: IPv4\n\
+             ports:\n  - {{name: http, port: {port}, protocol: TCP}}\n\
+             endpoints:\n  - addresses: [\"127.0.0.1\"]\n    \
+             conditions: {{ready: {ready}}}\n"
+        ));
+    }
+    docs.join("---\n")
+}
+
+/// One path of an Ingress rule.
+#[derive(Debug, Clone)]
+pub struct Route<'a> {
+    /// `None`: a rule without a host.
+    pub host: Option<&'a str>,
+    pub path: &'a str,
+    /// `Exact`, `Prefix` or `ImplementationSpecific`.
+    pub path_type: &'a str,
+    pub service: &'a str,
+}
+
+/// Shorthand for a [`Route`].
+pub fn route<'a>(
+    host: Option<&'a str>,
+    path: &'a str,
+    path_type: &'a str,
+    service: &'a str,
+) -> Route<'a> {
+    Route {
+        host,
+        path,
+        path_type,
+        service,
+    }
+}
+
+/// An Ingress of class `portcullis`: one rule per host, in the order hosts first appear,
+/// optionally a `spec.defaultBackend` and `spec.tls` entries `(secret, hosts)`.
+pub fn ingress(
+    ns: &str,
+    name: &str,
+    routes: &[Route<'_>],
+    default_backend: Option<&str>,
+    tls: &[(&str, &[&str])],
+) -> String {
+    let mut out = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n  namespace: {ns}\n\
+         spec:\n  ingressClassName: portcullis\n"
+    );
+    if let Some(service) = default_backend {
+        out.push_str(&format!(
+            "  defaultBackend:\n    service: {{name: {service}, port: {{number: 80}}}}\n"
+        ));
+    }
+    if !tls.is_empty() {
+        out.push_str("  tls:\n");
+        for (secret, hosts) in tls {
+            out.push_str(&format!(
+                "    - secretName: {secret}\n      hosts: {hosts:?}\n"
+            ));
+        }
+    }
+    let mut hosts: Vec<Option<&str>> = Vec::new();
+    for r in routes {
+        if !hosts.contains(&r.host) {
+            hosts.push(r.host);
+        }
+    }
+    if !hosts.is_empty() {
+        out.push_str("  rules:\n");
+    }
+    for host in hosts {
+        match host {
+            Some(h) => out.push_str(&format!("    - host: {h:?}\n      http:\n")),
+            None => out.push_str("    - http:\n"),
+        }
+        out.push_str("        paths:\n");
+        for r in routes.iter().filter(|r| r.host == host) {
+            out.push_str(&format!(
+                "          - path: {:?}\n            pathType: {}\n            \
+                 backend: {{service: {{name: {}, port: {{number: 80}}}}}}\n",
+                r.path, r.path_type, r.service
+            ));
+        }
+    }
+    out
+}
+
+/// A `kubernetes.io/tls` Secret with PEM text in `stringData`.
+pub fn tls_secret(ns: &str, name: &str, cert_pem: &str, key_pem: &str) -> String {
+    let indent = |pem: &str| {
+        pem.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {ns}\n\
+         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(cert_pem),
+        indent(key_pem)
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+/// An HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+impl Answer {
+    /// Which echo backend answered (the first word of its body), or `status <n>`.
+    pub fn who(&self) -> String {
+        if self.status == 200 {
+            self.body
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        } else {
+            format!("status {}", self.status)
+        }
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`), read to the end.
+pub fn http_get(addr: SocketAddr, host: &str, path: &str) -> std::io::Result<Answer> {
+    let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: portcullis-e2e\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("unparsable answer: {:?}", String::from_utf8_lossy(&raw)),
+        )
+    })
+}
+
+fn parse_response(raw: &[u8]) -> Option<Answer> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let chunked = lines.any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_string()
+    };
+    Some(Answer { status, body })
+}
+
+fn dechunk(mut rest: &str) -> Option<String> {
+    let mut out = String::new();
+    for _ in 0..100_000 {
+        let (size, after) = rest.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.push_str(after.get(..size)?);
+        rest = after.get(size + 2..)?;
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// The master CLI
+
+/// The master's line of `show proc`, and the workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub master_pid: u32,
+    pub reloads: u64,
+    pub failed: u64,
+    pub workers: Vec<u32>,
+}
+
+/// Sends `command` to a master CLI or runtime API socket: write, half-close, read to the end
+/// (the master CLI answers only after the half-close).
+pub fn socket_command(path: &Path, command: &str) -> std::io::Result<String> {
+    let mut stream = UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    stream.write_all(command.as_bytes())?;
+    stream.shutdown(std::net::Shutdown::Write)?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// Parses `show proc` (2.6: `<pid> master <reloads> [failed: <n>] <uptime> <version>`).
+pub fn parse_show_proc(text: &str) -> Option<Proc> {
+    let mut master = None;
+    let mut workers = Vec::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let mut words = line.split_whitespace();
+        let Some(pid) = words.next().and_then(|w| w.parse::<u32>().ok()) else {
+            continue;
+        };
+        match words.next() {
+            Some("master") => {
+                let reloads = words.next()?.parse().ok()?;
+                let failed = match line.split_once("[failed: ") {
+                    Some((_, rest)) => rest.split(']').next()?.trim().parse().ok()?,
+                    None => 0,
+                };
+                master = Some((pid, reloads, failed));
+            }
+            Some("worker") => workers.push(pid),
+            _ => {}
+        }
+    }
+    let (master_pid, reloads, failed) = master?;
+    Some(Proc {
+        master_pid,
+        reloads,
+        failed,
+        workers,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// External commands
+
+/// Runs `command` (stdin closed), killing it if it takes longer than `timeout`.
+pub fn output_within(mut command: Command, timeout: Duration) -> Output {
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.unwrap_or_else(|e| panic!("waiting for {command:?}: {e}")),
+        Err(_) => {
+            signal(pid, "KILL");
+            panic!("{command:?} did not finish within {timeout:?}");
+        }
+    }
+}
+
+/// Sends a signal through kill(1) (the crate forbids `unsafe`, so no libc here).
+pub fn signal(pid: u32, name: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn process_exists(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // Field 3, after the parenthesised command name, is the state; Z is a zombie.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// A self-signed EC certificate for `host`: `(certificate PEM, key PEM)`.
+pub fn self_signed(dir: &Path, host: &str, tag: &str) -> (String, String) {
+    let crt = dir.join(format!("{tag}.crt"));
+    let key = dir.join(format!("{tag}.key"));
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+    ])
+    .args(["-nodes", "-days", "2", "-subj"])
+    .arg(format!("/CN={host}/O={tag}"))
+    .arg("-addext")
+    .arg(format!("subjectAltName=DNS:{host}"))
+    .arg("-keyout")
+    .arg(&key)
+    .arg("-out")
+    .arg(&crt);
+    let out = output_within(cmd, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "openssl req: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        std::fs::read_to_string(&crt).expect("reading the certificate"),
+        std::fs::read_to_string(&key).expect("reading the key"),
+    )
+}
+
+/// The SHA-256 fingerprint of the first certificate in `pem`, as `openssl x509` prints it.
+pub fn fingerprint(dir: &Path, pem: &str) -> String {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let file = dir.join(format!("fp-{n}.pem"));
+    std::fs::write(&file, pem).expect("writing a certificate");
+    let mut cmd = Command::new("openssl");
+    cmd.args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(&file);
+    let out = output_within(cmd, Duration::from_secs(10));
+    assert!(
+        out.status.success(),
+        "openssl x509: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The certificate served on `127.0.0.1:port` for SNI `server_name`, as PEM, if a handshake
+/// succeeded.
+pub fn served_certificate(port: u16, server_name: &str) -> Option<String> {
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-connect"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-servername")
+        .arg(server_name);
+    let out = output_within(cmd, Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = text.find("-----BEGIN CERTIFICATE-----")?;
+    let end = text[start..].find("-----END CERTIFICATE-----")? + start;
+    Some(format!("{}-----END CERTIFICATE-----\n", &text[start..end]))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The harness
+
+/// A manifest directory, echo backends, and `portcullis run` on top of them.
+#[derive(Debug)]
+pub struct Harness {
+    /// A short directory under /tmp (Unix socket paths are limited to about 100 bytes).
+    root: tempfile::TempDir,
+    pub http_port: u16,
+    pub https_port: u16,
+    pub admin_port: u16,
+    child: Option<Child>,
+    master_pid: Option<u32>,
+    echoes: Vec<EchoServer>,
+    /// Runs the echo servers; dropped after them.
+    rt: tokio::runtime::Runtime,
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        let root = tempfile::Builder::new()
+            .prefix("pc")
+            .tempdir_in("/tmp")
+            .expect("creating a directory under /tmp");
+        for sub in ["manifests", "config", "run", "work"] {
+            std::fs::create_dir(root.path().join(sub)).expect("creating a directory");
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the echo servers");
+        Self {
+            root,
+            http_port: free_port(),
+            https_port: free_port(),
+            admin_port: free_port(),
+            child: None,
+            master_pid: None,
+            echoes: Vec::new(),
+            rt,
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn manifests(&self) -> PathBuf {
+        self.root.path().join("manifests")
+    }
+
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.root.path().join("run")
+    }
+
+    pub fn config_dir(&self) -> PathBuf {
+        self.root.path().join("config")
+    }
+
+    /// A scratch directory for the test's own files (certificates, templates).
+    pub fn work(&self) -> PathBuf {
+        self.root.path().join("work")
+    }
+
+    /// Writes a manifest atomically (a hidden temporary file, which the loader skips, then a
+    /// rename), so the controller never reads half a file.
+    pub fn write(&self, name: &str, content: &str) {
+        write_atomically(&self.manifests().join(name), content);
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.manifests().join(name)).expect("removing a manifest");
+    }
+
+    /// Starts an echo server named `name` on 127.0.0.1 and returns its port.
+    pub fn echo(&mut self, name: &str) -> u16 {
+        let addr: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+        let server = self
+            .rt
+            .block_on(spawn_echo(name.to_string(), addr))
+            .expect("starting an echo server");
+        let port = server.addr.port();
+        self.echoes.push(server);
+        port
+    }
+
+    /// A Service `name` in `ns` with one ready endpoint, an echo server named `name`.
+    pub fn backend(&mut self, ns: &str, name: &str) -> String {
+        let port = self.echo(name);
+        format!(
+            "{}---\n{}",
+            service(ns, name, &[]),
+            endpoint_slices(ns, name, &[("0", port, true)])
+        )
+    }
+
+    /// The `portcullis run` command line for this harness, plus `extra` flags.
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("PORTCULLIS_") {
+                cmd.env_remove(key);
+            }
+        }
+        cmd.env("NO_COLOR", "1")
+            .arg("run")
+            .arg("--manifests")
+            .arg(self.manifests())
+            .arg("--config-dir")
+            .arg(self.config_dir())
+            .arg("--runtime-dir")
+            .arg(self.runtime_dir())
+            .args(["--ipv4-bind-address", "127.0.0.1"])
+            .arg("--http-bind-port")
+            .arg(self.http_port.to_string())
+            .arg("--https-bind-port")
+            .arg(self.https_port.to_string())
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{}", self.admin_port))
+            .args(["--sync-debounce", "50ms", "--log-level", "info"])
+            .args(extra);
+        cmd
+    }
+
+    /// Starts `portcullis run` (output to `portcullis.log`) and waits until `/readyz` says 200.
+    pub fn start(&mut self, extra: &[&str]) {
+        assert!(self.child.is_none(), "already started");
+        let log = File::create(self.log_path()).expect("creating the log file");
+        let child = self
+            .command(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("cloning the log file"))
+            .stderr(log)
+            .spawn()
+            .expect("starting portcullis run");
+        self.child = Some(child);
+        let started = Instant::now();
+        let max_polls = START_TIMEOUT.as_millis() / 20 + 10;
+        for _ in 0..max_polls {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "portcullis run exited during start-up with {status}:\n{}",
+                    self.log()
+                );
+            }
+            if self.readyz().is_some_and(|(status, _)| status == 200) {
+                self.master_pid = self.try_show_proc().map(|p| p.master_pid);
+                return;
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "portcullis run was not ready within {START_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("portcullis run was not ready:\n{}", self.log());
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("started").id()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.root.path().join("portcullis.log")
+    }
+
+    /// Everything `portcullis run` (and HAProxy through it) printed so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A request through HAProxy's HTTP frontend; `None` if the connection failed.
+    pub fn try_get(&self, host: &str, path: &str) -> Option<Answer> {
+        http_get(
+            SocketAddr::from(([127, 0, 0, 1], self.http_port)),
+            host,
+            path,
+        )
+        .ok()
+    }
+
+    /// A request through HAProxy's HTTP frontend.
+    pub fn get(&self, host: &str, path: &str) -> Answer {
+        http_get(
+            SocketAddr::from(([127, 0, 0, 1], self.http_port)),
+            host,
+            path,
+        )
+        .unwrap_or_else(|e| panic!("GET http://{host}{path} failed: {e}\n{}", self.log()))
+    }
+
+    /// Which backend answers `host` + `path` (`status <n>` when it is not a 200).
+    pub fn who(&self, host: &str, path: &str) -> String {
+        self.get(host, path).who()
+    }
+
+    /// Who answers `requests` requests in a row, as a set.
+    pub fn answering(&self, host: &str, path: &str, requests: usize) -> BTreeSet<String> {
+        (0..requests).map(|_| self.who(host, path)).collect()
+    }
+
+    /// A GET on the admin endpoint: `(status, body)`.
+    pub fn admin(&self, path: &str) -> Option<Answer> {
+        http_get(
+            SocketAddr::from(([127, 0, 0, 1], self.admin_port)),
+            "127.0.0.1",
+            path,
+        )
+        .ok()
+    }
+
+    /// `/readyz`: status and JSON.
+    pub fn readyz(&self) -> Option<(u16, serde_json::Value)> {
+        let answer = self.admin("/readyz")?;
+        let json = serde_json::from_str(&answer.body).ok()?;
+        Some((answer.status, json))
+    }
+
+    /// The value of one series of `/metrics`, e.g. `portcullis_applies_total{outcome="reload"}`.
+    pub fn try_metric(&self, series: &str) -> Option<f64> {
+        let text = self.admin("/metrics")?.body;
+        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    pub fn metric(&self, series: &str) -> f64 {
+        self.try_metric(series).unwrap_or_else(|| {
+            panic!(
+                "no series {series} in /metrics:\n{}",
+                self.admin("/metrics").map(|a| a.body).unwrap_or_default()
+            )
+        })
+    }
+
+    /// `show proc` on the master CLI, if it answers.
+    pub fn try_show_proc(&self) -> Option<Proc> {
+        let answer = socket_command(&self.runtime_dir().join("master.sock"), "show proc\n").ok()?;
+        parse_show_proc(&answer)
+    }
+
+    /// `show proc`, retried for a moment (the master re-executes itself on reload).
+    pub fn show_proc(&self) -> Proc {
+        poll(Duration::from_secs(10), || self.try_show_proc())
+            .unwrap_or_else(|| panic!("the master CLI did not answer `show proc`\n{}", self.log()))
+    }
+
+    /// The master's counters: `(reloads, failed reloads)`.
+    pub fn reloads(&self) -> (u64, u64) {
+        let p = self.show_proc();
+        (p.reloads, p.failed)
+    }
+
+    /// A command on the runtime API (`admin.sock`).
+    pub fn runtime(&self, command: &str) -> String {
+        socket_command(&self.runtime_dir().join("admin.sock"), command)
+            .unwrap_or_else(|e| panic!("runtime API {command:?}: {e}"))
+    }
+
+    /// Sends SIGTERM and waits (at most `timeout`) for `portcullis run` to exit.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        signal(child.id(), "TERM");
+        let started = Instant::now();
+        let max_polls = timeout.as_millis() / 20 + 10;
+        for _ in 0..max_polls {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if started.elapsed() >= timeout {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if self.child.is_some() && self.terminate(Duration::from_secs(15)).is_none() {
+            if let Some(mut child) = self.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            // Killed: it could not stop its HAProxy.
+            if let Some(pid) = self.master_pid.filter(|p| process_exists(*p)) {
+                signal(pid, "KILL");
+            }
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            // HAProxy's access log lines would drown the rest.
+            let tail: Vec<&str> = log
+                .lines()
+                .filter(|l| !l.contains(" HTTP/1.1\""))
+                .rev()
+                .take(60)
+                .collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            eprintln!(
+                "---- last lines of portcullis run ({}) ----\n{}",
+                self.root.path().display(),
+                tail.join("\n")
+            );
+        }
+    }
+}
+
+/// Writes `path` through a hidden temporary file in the same directory and a rename.
+pub fn write_atomically(path: &Path, content: &str) {
+    let dir = path.parent().expect("a parent directory");
+    std::fs::create_dir_all(dir).expect("creating a directory");
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a file name");
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, content).expect("writing a file");
+    std::fs::rename(&tmp, path).expect("renaming a file into place");
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("creating a directory");
+    for entry in std::fs::read_dir(from).expect("reading a directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copying a file");
+        }
+    }
+}
