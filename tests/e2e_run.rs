@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use support::{
-    APPLY_TIMEOUT, Harness, copy_dir, endpoint_slices, fingerprint, holds_for, ingress, poll,
-    process_exists, route, self_signed, served_certificate, service, tls_secret, wait_until,
-    write_atomically,
+    APPLY_TIMEOUT, Harness, copy_dir, endpoint_slices, endpoint_slices_with, fingerprint,
+    holds_for, ingress, poll, process_exists, route, self_signed, served_certificate, service,
+    tls_secret, wait_until, write_atomically,
 };
 
 const NS: &str = "shop";
@@ -274,6 +274,45 @@ fn endpoint_scaling_without_reloads() {
         assert_eq!(h.answering("pool.example.com", "/", requests), want);
         assert_eq!(h.reloads(), start, "after going to {ready:?}");
     }
+    // With no ready endpoint, the terminating ones that still serve take over...
+    const SERVING: &str = "{ready: false, serving: true, terminating: true}";
+    const GONE: &str = "{ready: false, serving: false, terminating: true}";
+    let conditions = |of: &dyn Fn(&str) -> &'static str| {
+        let endpoints: Vec<(&str, u16, &str)> = pool
+            .iter()
+            .map(|(name, port)| (name.as_str(), *port, of(name)))
+            .collect();
+        endpoint_slices_with(NS, "pool", &endpoints)
+    };
+    h.write(
+        "pool-endpoints.yaml",
+        &conditions(&|name| match name {
+            "a" | "b" => SERVING,
+            "c" => GONE,
+            _ => "{ready: false}",
+        }),
+    );
+    let want = BTreeSet::from(["pool-a".to_string(), "pool-b".to_string()]);
+    wait_until(
+        APPLY_TIMEOUT,
+        "the serving terminating endpoints answer",
+        || h.answering("pool.example.com", "/", 6) == want,
+    );
+    // ...but only while there is no ready one.
+    h.write(
+        "pool-endpoints.yaml",
+        &conditions(&|name| match name {
+            "a" | "b" => SERVING,
+            "h" => "{ready: true}",
+            _ => "{ready: false}",
+        }),
+    );
+    let only_h = BTreeSet::from(["pool-h".to_string()]);
+    wait_until(APPLY_TIMEOUT, "only the ready endpoint answers", || {
+        h.answering("pool.example.com", "/", 6) == only_h
+    });
+    assert_eq!(h.reloads(), start);
+
     // The grow Service has slots in blocks of 4: 3 endpoints fit, 5 need a second block.
     assert_eq!(
         h.answering("grow.example.com", "/", 9),
@@ -289,7 +328,7 @@ fn endpoint_scaling_without_reloads() {
         (start.0 + 1, start.1),
         "one reload for the new slot block"
     );
-    assert_eq!(h.answering("pool.example.com", "/", 9).len(), 3);
+    assert_eq!(h.answering("pool.example.com", "/", 6), only_h);
 }
 
 /// Case 3: Hundreds of new paths on a live host are map entries, not a reload.
@@ -460,6 +499,77 @@ fn certificate_rotation_beside_a_default_certificate() {
         Some(fp_default)
     );
     assert_eq!(h.reloads(), start, "rotating a certificate must not reload");
+}
+
+/// Case 4c: A new TLS host gets its certificate at run time, and loses it again, without a
+/// reload.
+#[test]
+fn certificates_come_and_go_without_reload() {
+    let mut h = Harness::new();
+    let secure = self_signed(&h.work(), "secure.example.com", "secure");
+    let other = self_signed(&h.work(), "other.example.com", "other");
+    let fp_secure = fingerprint(&h.work(), &secure.0);
+    let fp_other = fingerprint(&h.work(), &other.0);
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "secure",
+            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
+            None,
+            &[("secure-tls", &["secure.example.com"])],
+        ),
+    );
+    secure_manifests(&h, &secure);
+    h.start(&[]);
+    // The only certificate is also the default one.
+    assert_eq!(
+        served_fingerprint(&h, "other.example.com"),
+        Some(fp_secure.clone())
+    );
+    let start = h.reloads();
+
+    // Named to sort after secure-tls: the first crt-list line is the default certificate, and
+    // changing it needs a reload (docs/architecture.md, TLS).
+    h.write(
+        "other-secret.yaml",
+        &tls_secret(NS, "zz-other-tls", &other.0, &other.1),
+    );
+    h.write(
+        "other.yaml",
+        &ingress(
+            NS,
+            "other",
+            &[route(Some("other.example.com"), "/", "Prefix", "web")],
+            None,
+            &[("zz-other-tls", &["other.example.com"])],
+        ),
+    );
+    wait_until(
+        APPLY_TIMEOUT,
+        "other.example.com has its certificate",
+        || served_fingerprint(&h, "other.example.com").as_deref() == Some(fp_other.as_str()),
+    );
+    assert_eq!(
+        served_fingerprint(&h, "secure.example.com"),
+        Some(fp_secure.clone())
+    );
+    assert_eq!(h.reloads(), start, "a new certificate must not reload");
+
+    h.remove("other.yaml");
+    h.remove("other-secret.yaml");
+    wait_until(
+        APPLY_TIMEOUT,
+        "other.example.com gets the default again",
+        || served_fingerprint(&h, "other.example.com").as_deref() == Some(fp_secure.as_str()),
+    );
+    assert_eq!(
+        served_fingerprint(&h, "secure.example.com"),
+        Some(fp_secure)
+    );
+    assert_eq!(h.reloads(), start, "removing a certificate must not reload");
 }
 
 /// Case 5: A burst of changes is coalesced.
@@ -657,6 +767,19 @@ fn rejected_configuration_keeps_traffic() {
         h.answering("keep.example.com", "/", 6) == want
     });
     assert_eq!(h.reloads(), start, "nothing was reloaded");
+
+    // Fixing the template brings in everything that waited for a reload, in one reload.
+    edit_template(&templates, "parts/defaults.j2", |t| {
+        t.replace("  no-such-keyword\n", "")
+    });
+    wait_until(APPLY_TIMEOUT, "the new backend is served", || {
+        h.who("keep.example.com", "/new") == "new-2"
+    });
+    assert_eq!(h.reloads(), (start.0 + 1, start.1));
+    assert_eq!(h.answering("keep.example.com", "/", 6), want);
+    let (status, ready) = h.readyz().unwrap();
+    assert_eq!(status, 200);
+    assert!(ready["last_error"].is_null(), "{ready}");
 }
 
 /// Case 6b: A site template edit on its own reaches HAProxy.
@@ -795,4 +918,87 @@ fn live_edit_applies_within_a_second() {
     assert_eq!(h.who("keep.example.com", "/one"), "old");
     assert_eq!(h.who("keep.example.com", "/three"), "new");
     assert!(worst < Duration::from_millis(1500), "{worst:?}");
+    eprintln!("live edits routed within {worst:?} at worst");
+
+    // Removing the Ingress removes its routes.
+    h.remove("ingress.yaml");
+    wait_until(APPLY_TIMEOUT, "the routes are gone", || {
+        h.who("keep.example.com", "/three") == "status 404"
+    });
+    assert_eq!(h.who("keep.example.com", "/"), "status 404");
+}
+
+/// A TLS Secret whose key belongs to another certificate, and an Ingress for `bad.example.com`
+/// that uses it.
+fn write_mismatched_tls(h: &Harness) {
+    let a = self_signed(&h.work(), "bad.example.com", "bad-cert");
+    let b = self_signed(&h.work(), "bad.example.com", "bad-key");
+    h.write("bad-secret.yaml", &tls_secret(NS, "bad-tls", &a.0, &b.1));
+    h.write(
+        "bad.yaml",
+        &ingress(
+            NS,
+            "bad",
+            &[route(Some("bad.example.com"), "/", "Prefix", "old")],
+            None,
+            &[("bad-tls", &["bad.example.com"])],
+        ),
+    );
+}
+
+/// An Ingress routing `fresh.example.com` to the `new` Service (a new backend: a reload).
+fn write_fresh_ingress(h: &Harness) {
+    h.write(
+        "fresh.yaml",
+        &ingress(
+            NS,
+            "fresh",
+            &[route(Some("fresh.example.com"), "/", "Prefix", "new")],
+            None,
+            &[],
+        ),
+    );
+}
+
+/// Case 6d: one unusable TLS Secret (its key does not match its certificate) is skipped like
+/// any bad object; it does not block the rest of the cluster.
+#[test]
+#[ignore = "BUG: a TLS Secret whose key does not match its certificate is not validated (translate::tls::pem_file); HAProxy rejects the whole configuration, so every later change that needs a reload (here a new backend for another host) is refused for the whole cluster"]
+fn mismatched_tls_secret_does_not_block_other_changes() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    write_mismatched_tls(&h);
+    wait_until(APPLY_TIMEOUT, "the bad Secret is taken in", || {
+        h.try_metric("portcullis_applies_total{outcome=\"failed\"}")
+            .is_some_and(|v| v >= 1.0)
+            || h.readyz()
+                .is_some_and(|(_, r)| r["diagnostics"].as_u64() > Some(0))
+    });
+    write_fresh_ingress(&h);
+    let served = poll(APPLY_TIMEOUT, || {
+        Some(h.who("fresh.example.com", "/")).filter(|w| w == "new")
+    });
+    assert!(
+        served.is_some(),
+        "fresh.example.com is not served; /readyz: {:?}",
+        h.readyz()
+    );
+    assert_eq!(h.metric("portcullis_config_check_failures_total"), 0.0);
+    let (_, ready) = h.readyz().unwrap();
+    assert!(
+        ready["diagnostics"].as_u64() > Some(0),
+        "the bad Secret is not reported: {ready}"
+    );
+}
+
+/// Case 6e: the same unusable Secret present at start-up does not keep HAProxy from starting.
+#[test]
+#[ignore = "BUG: with a TLS Secret whose key does not match its certificate present at start-up, the initial configuration is rejected by HAProxy and nothing is served at all (/readyz stays 503)"]
+fn mismatched_tls_secret_at_start_up_does_not_stop_the_rest() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    write_mismatched_tls(&h);
+    h.start(&[]);
+    assert_eq!(h.who("keep.example.com", "/"), "old");
 }

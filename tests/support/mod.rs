@@ -155,8 +155,24 @@ pub fn service(ns: &str, name: &str, annotations: &[(&str, &str)]) -> String {
 /// One EndpointSlice per endpoint of Service `name` (a slice lists one port for all of its
 /// endpoints, and every loopback echo server has its own port): `(slice suffix, port, ready)`.
 pub fn endpoint_slices(ns: &str, name: &str, endpoints: &[(&str, u16, bool)]) -> String {
+    let endpoints: Vec<(&str, u16, &str)> = endpoints
+        .iter()
+        .map(|(suffix, port, ready)| {
+            let conditions = if *ready {
+                "{ready: true}"
+            } else {
+                "{ready: false}"
+            };
+            (*suffix, *port, conditions)
+        })
+        .collect();
+    endpoint_slices_with(ns, name, &endpoints)
+}
+
+/// Like [`endpoint_slices`], with each endpoint's `conditions` written out as YAML.
+pub fn endpoint_slices_with(ns: &str, name: &str, endpoints: &[(&str, u16, &str)]) -> String {
     let mut docs = Vec::new();
-    for (suffix, port, ready) in endpoints {
+    for (suffix, port, conditions) in endpoints {
         docs.push(format!(
             "apiVersion: discovery.k8s.io/v1\n\
              kind: EndpointSlice\n\
@@ -165,7 +181,7 @@ pub fn endpoint_slices(ns: &str, name: &str, endpoints: &[(&str, u16, bool)]) ->
              addressType: IPv4\n\
              ports:\n  - {{name: http, port: {port}, protocol: TCP}}\n\
              endpoints:\n  - addresses: [\"127.0.0.1\"]\n    \
-             conditions: {{ready: {ready}}}\n"
+             conditions: {conditions}\n"
         ));
     }
     docs.join("---\n")
