@@ -175,6 +175,8 @@ fn routing_table() {
     wait_until(APPLY_TIMEOUT, "the default backend is gone", || {
         h.who("unknown.test", "/") == "status 404"
     });
+    // That was a reload: the previous workers may still take a connection for a moment.
+    h.wait_old_workers_gone();
     let table: &[Row] = &[
         ("unknown.test", "/", "status 404"),
         ("unknown.test", "/sharedx", "status 404"),
@@ -360,29 +362,31 @@ fn five_hundred_new_paths_without_reloads() {
         routes.push(route(host, path, "Prefix", &names[i % BACKENDS]));
     }
     h.write("bulk.yaml", &ingress(NS, "bulk", &routes, None, &[]));
-    let last = format!("b{}", (N - 1) % BACKENDS);
-    wait_until(APPLY_TIMEOUT, "the last new path routes", || {
-        h.who("bulk.example.com", "/p499/x") == last
-    });
-
-    let mut wrong = Vec::new();
-    for i in 0..N {
-        let want = format!("b{}", i % BACKENDS);
-        let mut check = |path: String, want: &str| {
-            let got = h.who("bulk.example.com", &path);
-            if got != want {
-                wrong.push(format!("{path}: want {want}, got {got}"));
+    // Every path, and for every fifth one the path itself and a sibling that is not under it.
+    let wrong = || {
+        let mut wrong = Vec::new();
+        for i in 0..N {
+            let want = format!("b{}", i % BACKENDS);
+            let mut check = |path: String, want: &str| {
+                let got = h.who("bulk.example.com", &path);
+                if got != want {
+                    wrong.push(format!("{path}: want {want}, got {got}"));
+                }
+            };
+            check(format!("/p{i}/x"), &want);
+            if i % 5 == 0 {
+                check(format!("/p{i}"), &want);
+                // Prefix is element-wise: /p{i}z is not under /p{i}.
+                check(format!("/p{i}z"), "base");
             }
-        };
-        check(format!("/p{i}/x"), &want);
-        if i % 5 == 0 {
-            check(format!("/p{i}"), &want);
-            // Prefix is element-wise: /p{i}z is not under /p{i}.
-            check(format!("/p{i}z"), "base");
         }
-    }
+        wrong
+    };
+    // The map entries arrive one runtime command at a time; wait until the last one is in.
+    let settled = poll(APPLY_TIMEOUT, || wrong().is_empty().then_some(()));
+    let wrong = wrong();
     assert!(
-        wrong.is_empty(),
+        settled.is_some() && wrong.is_empty(),
         "{} wrong:\n{}",
         wrong.len(),
         wrong.join("\n")
@@ -621,6 +625,7 @@ fn burst_of_changes_is_coalesced() {
             && h.who("burst.example.com", &final_marker) == "s0"
     };
     wait_until(APPLY_TIMEOUT, "the final state is served", is_final);
+    h.wait_old_workers_gone();
     // Nothing more happens once the final state is served.
     holds_for(Duration::from_millis(500), "the final state", is_final);
     assert_eq!(h.who("burst.example.com", "/marker-198"), "status 404");
@@ -775,11 +780,15 @@ fn rejected_configuration_keeps_traffic() {
     wait_until(APPLY_TIMEOUT, "the new backend is served", || {
         h.who("keep.example.com", "/new") == "new-2"
     });
+    // HAProxy serves the new configuration a moment before Portcullis has verified the reload.
+    wait_until(APPLY_TIMEOUT, "the reload is reported", || {
+        h.readyz()
+            .is_some_and(|(status, ready)| status == 200 && ready["last_error"].is_null())
+    });
     assert_eq!(h.reloads(), (start.0 + 1, start.1));
+    h.wait_old_workers_gone();
     assert_eq!(h.answering("keep.example.com", "/", 6), want);
-    let (status, ready) = h.readyz().unwrap();
-    assert_eq!(status, 200);
-    assert!(ready["last_error"].is_null(), "{ready}");
+    assert_eq!(h.who("keep.example.com", "/new/x"), "new-2");
 }
 
 /// Case 6b: A site template edit on its own reaches HAProxy.
@@ -925,6 +934,7 @@ fn live_edit_applies_within_a_second() {
     wait_until(APPLY_TIMEOUT, "the routes are gone", || {
         h.who("keep.example.com", "/three") == "status 404"
     });
+    h.wait_old_workers_gone();
     assert_eq!(h.who("keep.example.com", "/"), "status 404");
 }
 

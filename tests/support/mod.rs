@@ -364,7 +364,11 @@ pub struct Proc {
     pub master_pid: u32,
     pub reloads: u64,
     pub failed: u64,
+    /// Workers of the configuration in force.
     pub workers: Vec<u32>,
+    /// Workers of earlier configurations that have not finished yet: until they are gone, a
+    /// new connection may still be served with the previous configuration.
+    pub old_workers: Vec<u32>,
 }
 
 /// Sends `command` to a master CLI or runtime API socket: write, half-close, read to the end
@@ -380,11 +384,18 @@ pub fn socket_command(path: &Path, command: &str) -> std::io::Result<String> {
     Ok(answer)
 }
 
-/// Parses `show proc` (2.6: `<pid> master <reloads> [failed: <n>] <uptime> <version>`).
+/// Parses `show proc` (2.6: `<pid> master <reloads> [failed: <n>] <uptime> <version>`, then
+/// sections `# workers`, `# old workers`, `# programs`).
 pub fn parse_show_proc(text: &str) -> Option<Proc> {
     let mut master = None;
     let mut workers = Vec::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
+    let mut old_workers = Vec::new();
+    let mut old_section = false;
+    for line in text.lines() {
+        if let Some(section) = line.strip_prefix('#') {
+            old_section = section.trim() == "old workers";
+            continue;
+        }
         let mut words = line.split_whitespace();
         let Some(pid) = words.next().and_then(|w| w.parse::<u32>().ok()) else {
             continue;
@@ -398,6 +409,7 @@ pub fn parse_show_proc(text: &str) -> Option<Proc> {
                 };
                 master = Some((pid, reloads, failed));
             }
+            Some("worker") if old_section => old_workers.push(pid),
             Some("worker") => workers.push(pid),
             _ => {}
         }
@@ -408,6 +420,7 @@ pub fn parse_show_proc(text: &str) -> Option<Proc> {
         reloads,
         failed,
         workers,
+        old_workers,
     })
 }
 
@@ -784,6 +797,15 @@ impl Harness {
     pub fn reloads(&self) -> (u64, u64) {
         let p = self.show_proc();
         (p.reloads, p.failed)
+    }
+
+    /// Waits until no worker of an earlier configuration is left, so that every new connection
+    /// is served with the configuration in force.
+    pub fn wait_old_workers_gone(&self) {
+        wait_until(APPLY_TIMEOUT, "the old HAProxy workers are gone", || {
+            self.try_show_proc()
+                .is_some_and(|p| p.old_workers.is_empty() && !p.workers.is_empty())
+        });
     }
 
     /// A command on the runtime API (`admin.sock`).
