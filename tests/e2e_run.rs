@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use support::{
     APPLY_TIMEOUT, Harness, copy_dir, endpoint_slices, endpoint_slices_with, fingerprint,
-    holds_for, ingress, poll, process_exists, route, self_signed, served_certificate, service,
-    tls_secret, wait_until, write_atomically,
+    holds_for, https_get, ingress, poll, process_exists, route, self_signed, served_certificate,
+    service, tls_secret, wait_until, with_metadata, write_atomically,
 };
 
 const NS: &str = "shop";
@@ -107,6 +107,36 @@ fn routing_table() {
         )
     };
     h.write("shared.yaml", &shared(Some("fallback")));
+    // Another controller's Ingress: not ours.
+    h.write(
+        "other-class.yaml",
+        &ingress(
+            NS,
+            "other-class",
+            &[route(Some("ignored.test"), "/", "Prefix", "api")],
+            None,
+            &[],
+        )
+        .replace("ingressClassName: portcullis", "ingressClassName: other"),
+    );
+    // Two Ingresses claim the same host and path: the older one wins, whatever the names.
+    let dup = |name: &str, created: &str, service: &str| {
+        with_metadata(
+            &ingress(
+                NS,
+                name,
+                &[route(app, "/dup", "Prefix", service)],
+                None,
+                &[],
+            ),
+            &format!("  creationTimestamp: \"{created}\"\n"),
+        )
+    };
+    h.write("dup-a.yaml", &dup("a-newer", "2021-01-01T00:00:00Z", "api"));
+    h.write(
+        "dup-b.yaml",
+        &dup("b-older", "2020-01-01T00:00:00Z", "static"),
+    );
     h.start(&[]);
 
     let table: &[Row] = &[
@@ -165,6 +195,10 @@ fn routing_table() {
         ("unknown.test", "/exact-only/x", "fallback"),
         ("127.0.0.1", "/shared", "nohost"),
         ("unknown.test", "/", "fallback"),
+        // Not our class; and the older of two Ingresses for one path.
+        ("ignored.test", "/", "fallback"),
+        ("app.example.com", "/dup", "static"),
+        ("app.example.com", "/dup/x", "static"),
         // A Host holding '/' could move the host/path boundary: refused.
         ("evil.test/shared", "/x", "status 400"),
     ];
@@ -186,6 +220,7 @@ fn routing_table() {
         ("unknown.test", "/shared/x", "nohost"),
         ("app.example.com", "/foo", "foo-exact"),
         ("a.example.com", "/x", "wild"),
+        ("ignored.test", "/", "status 404"),
     ];
     check_table(&h, table);
 }
@@ -455,6 +490,20 @@ fn certificate_rotation_without_reload() {
         || served_fingerprint(&h, "secure.example.com").as_deref() == Some(fp_a.as_str()),
     );
     assert_eq!(h.reloads(), start, "rotating a certificate must not reload");
+    // HTTPS routes like HTTP, and says so to the backend.
+    let answer = https_get(
+        h.https_port,
+        "secure.example.com",
+        "secure.example.com",
+        "/x",
+    )
+    .expect("an answer over HTTPS");
+    assert_eq!(answer.who(), "web");
+    assert!(
+        answer.body.contains("x-forwarded-proto: https\n"),
+        "{}",
+        answer.body
+    );
     // Plain HTTP for a TLS host is redirected (ssl-redirect defaults to on).
     assert_eq!(h.who("secure.example.com", "/x"), "status 302");
     assert_eq!(h.who("other.example.com", "/x"), "status 404");
@@ -873,6 +922,31 @@ fn sigterm_exits_zero_and_stops_haproxy() {
     );
 }
 
+/// Case 7c: HAProxy dying under Portcullis ends `run` with status 5, and no worker is left
+/// serving.
+#[test]
+fn haproxy_killed_ends_run_with_status_5() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    let proc = h.show_proc();
+    support::signal(proc.master_pid, "KILL");
+    let status = h
+        .wait_exit(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("run did not notice HAProxy was gone\n{}", h.log()));
+    assert_eq!(status.code(), Some(5), "{}", h.log());
+    assert!(
+        h.log().contains("HAProxy exited unexpectedly"),
+        "{}",
+        h.log()
+    );
+    for pid in proc.workers {
+        wait_until(Duration::from_secs(5), "the workers are gone", || {
+            !process_exists(pid)
+        });
+    }
+}
+
 /// Case 7b: A missing HAProxy binary is a quick, clear failure.
 #[test]
 fn missing_haproxy_binary_fails_fast() {
@@ -1011,4 +1085,94 @@ fn mismatched_tls_secret_at_start_up_does_not_stop_the_rest() {
     write_mismatched_tls(&h);
     h.start(&[]);
     assert_eq!(h.who("keep.example.com", "/"), "old");
+}
+
+/// Case 9: Route-scope annotations act only on the routes of their Ingress, even where another
+/// Ingress reaches the same backend, and change at run time.
+#[test]
+fn route_policies_apply_to_their_own_routes() {
+    let mut h = Harness::new();
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    let host = Some("policy.example.com");
+    let tagged = |env: &str| {
+        with_metadata(
+            &ingress(
+                NS,
+                "tagged",
+                &[route(host, "/tagged", "Prefix", "web")],
+                None,
+                &[],
+            ),
+            &format!(
+                "  annotations:\n    haproxy.org/request-set-header: \"X-Env {env}\"\n    \
+                 haproxy.org/response-set-header: \"Cache-Control no-store\"\n"
+            ),
+        )
+    };
+    h.write("tagged.yaml", &tagged("prod"));
+    h.write(
+        "plain.yaml",
+        &ingress(
+            NS,
+            "plain",
+            &[route(host, "/plain", "Prefix", "web")],
+            None,
+            &[],
+        ),
+    );
+    h.write(
+        "blocked.yaml",
+        &with_metadata(
+            &ingress(
+                NS,
+                "blocked",
+                &[route(host, "/blocked", "Prefix", "web")],
+                None,
+                &[],
+            ),
+            "  annotations:\n    haproxy.org/allow-list: \"10.0.0.0/8\"\n",
+        ),
+    );
+    h.start(&[]);
+
+    let tagged_answer = h.get_with("policy.example.com", "/tagged/a", &[("X-Env", "forged")]);
+    assert_eq!(tagged_answer.who(), "web");
+    assert!(
+        tagged_answer.body.contains("x-env: prod\n"),
+        "{}",
+        tagged_answer.body
+    );
+    assert!(
+        !tagged_answer.body.contains("forged"),
+        "{}",
+        tagged_answer.body
+    );
+    assert!(
+        tagged_answer
+            .body
+            .contains("x-forwarded-for: 127.0.0.1\nx-forwarded-proto: http\n"),
+        "{}",
+        tagged_answer.body
+    );
+    assert_eq!(tagged_answer.header("cache-control"), Some("no-store"));
+
+    let plain = h.get("policy.example.com", "/plain/a");
+    assert_eq!(plain.who(), "web");
+    assert!(!plain.body.contains("x-env"), "{}", plain.body);
+    assert_eq!(plain.header("cache-control"), None);
+
+    assert_eq!(h.who("policy.example.com", "/blocked"), "status 403");
+    assert_eq!(h.who("policy.example.com", "/plain"), "web");
+
+    // A new value for the annotation.
+    h.write("tagged.yaml", &tagged("staging"));
+    wait_until(APPLY_TIMEOUT, "the new header value is set", || {
+        h.get("policy.example.com", "/tagged")
+            .body
+            .contains("x-env: staging\n")
+    });
+    h.wait_old_workers_gone();
+    assert!(!h.get("policy.example.com", "/plain").body.contains("x-env"));
+    assert_eq!(h.who("policy.example.com", "/blocked/x"), "status 403");
 }

@@ -287,10 +287,20 @@ pub fn tls_secret(ns: &str, name: &str, cert_pem: &str, key_pem: &str) -> String
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
+    /// Header names lowercased, in order.
+    pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
 impl Answer {
+    /// The first header named `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// Which echo backend answered (the first word of its body), or `status <n>`.
     pub fn who(&self) -> String {
         if self.status == 200 {
@@ -305,14 +315,34 @@ impl Answer {
     }
 }
 
+/// The bytes of a GET request with `Connection: close` and `extra` header lines.
+fn get_request(host: &str, path: &str, extra: &[(&str, &str)]) -> String {
+    let mut request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: portcullis-e2e\r\nConnection: close\r\n"
+    );
+    for (name, value) in extra {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request
+}
+
 /// One HTTP/1.1 request on a fresh connection (`Connection: close`), read to the end.
 pub fn http_get(addr: SocketAddr, host: &str, path: &str) -> std::io::Result<Answer> {
+    http_get_with(addr, host, path, &[])
+}
+
+/// [`http_get`] with extra request headers.
+pub fn http_get_with(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> std::io::Result<Answer> {
     let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: portcullis-e2e\r\nConnection: close\r\n\r\n"
-    );
+    let request = get_request(host, path, extra);
     stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
@@ -329,16 +359,23 @@ fn parse_response(raw: &[u8]) -> Option<Answer> {
     let (head, body) = text.split_once("\r\n\r\n")?;
     let mut lines = head.split("\r\n");
     let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let chunked = lines.any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(n, v)| n == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
     let body = if chunked {
         dechunk(body)?
     } else {
         body.to_string()
     };
-    Some(Answer { status, body })
+    Some(Answer {
+        status,
+        headers,
+        body,
+    })
 }
 
 fn dechunk(mut rest: &str) -> Option<String> {
@@ -428,14 +465,28 @@ pub fn parse_show_proc(text: &str) -> Option<Proc> {
 // External commands
 
 /// Runs `command` (stdin closed), killing it if it takes longer than `timeout`.
-pub fn output_within(mut command: Command, timeout: Duration) -> Output {
-    let child = command
-        .stdin(Stdio::null())
+pub fn output_within(command: Command, timeout: Duration) -> Output {
+    output_with_input(command, None, timeout)
+}
+
+/// Runs `command` with `input` on its stdin (or stdin closed), killing it if it takes longer
+/// than `timeout`.
+pub fn output_with_input(mut command: Command, input: Option<&[u8]>, timeout: Duration) -> Output {
+    let mut child = command
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
     let pid = child.id();
+    if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+        // Small inputs: the pipe holds them; the child sees EOF when stdin is dropped.
+        let _ = stdin.write_all(input);
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -519,6 +570,26 @@ pub fn fingerprint(dir: &Path, pem: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A GET through TLS on `127.0.0.1:port` with SNI `server_name` (by `openssl s_client`).
+pub fn https_get(port: u16, server_name: &str, host: &str, path: &str) -> Option<Answer> {
+    let mut cmd = Command::new("openssl");
+    cmd.args(["s_client", "-quiet", "-connect"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("-servername")
+        .arg(server_name);
+    let request = get_request(host, path, &[]);
+    let out = output_with_input(cmd, Some(request.as_bytes()), Duration::from_secs(10));
+    parse_response(&out.stdout)
+}
+
+/// Inserts `lines` (indented YAML, each ending in a newline) into the `metadata` of a manifest
+/// made by this module, after its `namespace:` line.
+pub fn with_metadata(doc: &str, lines: &str) -> String {
+    let at = doc.find("  namespace: ").expect("a namespace line");
+    let end = at + doc[at..].find('\n').expect("a line end") + 1;
+    format!("{}{lines}{}", &doc[..end], &doc[end..])
 }
 
 /// The certificate served on `127.0.0.1:port` for SNI `server_name`, as PEM, if a handshake
@@ -733,6 +804,17 @@ impl Harness {
         .unwrap_or_else(|e| panic!("GET http://{host}{path} failed: {e}\n{}", self.log()))
     }
 
+    /// A request through HAProxy's HTTP frontend with extra request headers.
+    pub fn get_with(&self, host: &str, path: &str, extra: &[(&str, &str)]) -> Answer {
+        http_get_with(
+            SocketAddr::from(([127, 0, 0, 1], self.http_port)),
+            host,
+            path,
+            extra,
+        )
+        .unwrap_or_else(|e| panic!("GET http://{host}{path} failed: {e}\n{}", self.log()))
+    }
+
     /// Which backend answers `host` + `path` (`status <n>` when it is not a 200).
     pub fn who(&self, host: &str, path: &str) -> String {
         self.get(host, path).who()
@@ -812,6 +894,24 @@ impl Harness {
     pub fn runtime(&self, command: &str) -> String {
         socket_command(&self.runtime_dir().join("admin.sock"), command)
             .unwrap_or_else(|e| panic!("runtime API {command:?}: {e}"))
+    }
+
+    /// Waits (at most `timeout`) for `portcullis run` to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let child = self.child.as_mut()?;
+        let started = Instant::now();
+        let max_polls = timeout.as_millis() / 20 + 10;
+        for _ in 0..max_polls {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if started.elapsed() >= timeout {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     /// Sends SIGTERM and waits (at most `timeout`) for `portcullis run` to exit.
