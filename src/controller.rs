@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::admin::{self, AdminState};
-use crate::apply::{Applied, Applier, Outcome, Supervision};
+use crate::apply::{Applied, Applier, ApplyError, Outcome, Supervision};
 use crate::diagnostics::{Severity, Subject};
 use crate::haproxy::client::Client;
 use crate::metrics::Metrics;
@@ -60,6 +60,8 @@ pub enum RunError {
     Manifests(#[from] files::FilesError),
     #[error("HAProxy exited unexpectedly")]
     HaproxyExited,
+    #[error("HAProxy did not start: {0}")]
+    HaproxyStart(String),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
 }
@@ -230,7 +232,9 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 settle(&mut changes, first, config.debounce).await;
                 match compute(&config, &pipeline).await {
                     Ok(output) => {
-                        apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await;
+                        if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
+                            break Err(e);
+                        }
                     }
                     Err(e) => fail(&status, &metrics, e),
                 }
@@ -245,7 +249,9 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
-                                apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await;
+                                if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
+                                    break Err(e);
+                                }
                             }
                             Err(e) => {
                                 metrics.template_errors.inc(&[]);
@@ -309,7 +315,8 @@ async fn compute(config: &RunConfig, pipeline: &Arc<Pipeline>) -> Result<Output,
     .map_err(|e| format!("pipeline task: {e}"))?
 }
 
-/// Applies a pipeline output and reports the outcome.
+/// Applies a pipeline output and reports the outcome. Only a failure to start HAProxy at all
+/// is fatal; every other failure keeps the running configuration and is retried.
 async fn apply_output(
     output: Output,
     pipeline: &Pipeline,
@@ -317,7 +324,7 @@ async fn apply_output(
     status: &Status,
     metrics: &Metrics,
     first_event: Instant,
-) {
+) -> Result<(), RunError> {
     let started = Instant::now();
     report_diagnostics(&output.diagnostics, metrics);
     let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
@@ -366,8 +373,10 @@ async fn apply_output(
                 s.model = Some(model_json);
             });
         }
+        Err(ApplyError::Start(e)) => return Err(RunError::HaproxyStart(e.to_string())),
         Err(e) => fail(status, metrics, e.to_string()),
     }
+    Ok(())
 }
 
 fn site_failed(status: &Status, error: String) {
