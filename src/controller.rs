@@ -330,11 +330,8 @@ async fn apply_output(
     let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
     let config_text = output.rendered.haproxy_cfg().to_string();
     let diagnostics = output.diagnostics.len();
-    let applied = Applied {
-        model: output.model,
-        rendered: output.rendered,
-    };
-    let result = applier.apply(applied, &pipeline.renderer).await;
+    let applied = Applied::new(output.model, output.rendered, &pipeline.renderer);
+    let result = applier.apply(applied).await;
     metrics
         .apply_duration
         .observe(&[], started.elapsed().as_secs_f64());

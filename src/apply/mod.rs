@@ -17,7 +17,7 @@ use crate::check::{self, CheckError};
 use crate::haproxy::client::Client;
 use crate::haproxy::process::{self, Haproxy, ProcessError};
 use crate::metrics::Metrics;
-use crate::render::{CONFIG_FILE, Renderer};
+use crate::render::CONFIG_FILE;
 
 pub use plan::{Applied, Plan};
 
@@ -128,17 +128,13 @@ impl Applier {
     }
 
     /// Moves HAProxy to `new`.
-    pub async fn apply(
-        &mut self,
-        new: Applied,
-        renderer: &Renderer,
-    ) -> Result<Outcome, ApplyError> {
+    pub async fn apply(&mut self, new: Applied) -> Result<Outcome, ApplyError> {
         let Some(running) = &self.running else {
             return self
                 .reload(new, vec!["initial configuration".to_string()])
                 .await;
         };
-        let mut plan = plan::plan(running, &new, renderer);
+        let mut plan = plan::plan(running, &new);
         if let Some(owed) = &self.owed_reload {
             plan.reload_reasons.push(format!("retrying: {owed}"));
         }
@@ -146,7 +142,10 @@ impl Applier {
             let reasons = plan.reload_reasons;
             return self.reload(new, reasons).await;
         }
-        if plan.commands.is_empty() && running.rendered == new.rendered {
+        if plan.commands.is_empty()
+            && running.rendered == new.rendered
+            && running.structure == new.structure
+        {
             return Ok(Outcome::Unchanged);
         }
         let count = plan.commands.len();
@@ -218,9 +217,10 @@ impl Applier {
                 source,
             });
         }
-        for reason in &reasons {
-            self.metrics.reloads.inc(&[reason_label(reason)]);
-        }
+        // One reload, one count, labelled by its first reason.
+        self.metrics
+            .reloads
+            .inc(&[reasons.first().map_or("configuration", |r| reason_label(r))]);
         self.owed_reload = None;
         let removed = files::remove_unreferenced(&self.config_dir, &new.rendered);
         if !removed.is_empty() {
@@ -265,6 +265,7 @@ impl Applier {
         self.running = Some(Applied {
             model,
             rendered: new.rendered.clone(),
+            structure: running.structure.clone(),
         });
     }
 

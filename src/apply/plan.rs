@@ -18,6 +18,27 @@ use crate::render::{CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, S
 pub struct Applied {
     pub model: Model,
     pub rendered: RenderedConfig,
+    /// haproxy.cfg as the templates in force rendered it with every runtime-changeable part
+    /// blanked out. Two configurations with equal structure differ only in what the runtime
+    /// API can change. Rendered when the configuration is made, with the templates of that
+    /// moment, so that a template edit shows as a structural change.
+    pub structure: String,
+}
+
+impl Applied {
+    pub fn new(model: Model, rendered: RenderedConfig, renderer: &Renderer) -> Self {
+        let structure = renderer
+            .render(&blank_runtime_parts(&model))
+            .map(|r| r.haproxy_cfg().to_string())
+            // Cannot happen for a model the same templates rendered; if it does, any change
+            // counts as structural.
+            .unwrap_or_else(|e| format!("unrenderable: {e}\n{}", rendered.haproxy_cfg()));
+        Self {
+            model,
+            rendered,
+            structure,
+        }
+    }
 }
 
 /// Runtime commands to send, or the reasons a reload is needed instead.
@@ -28,28 +49,19 @@ pub struct Plan {
 }
 
 /// Compares what HAProxy runs with what is wanted.
-pub fn plan(old: &Applied, new: &Applied, renderer: &Renderer) -> Plan {
+pub fn plan(old: &Applied, new: &Applied) -> Plan {
     let mut plan = Plan::default();
-    if old.rendered == new.rendered {
+    if old.rendered == new.rendered && old.structure == new.structure {
         return plan;
     }
-    let structural = |m: &Model| {
-        renderer
-            .render(&blank_runtime_parts(m))
-            .map(|r| r.haproxy_cfg().to_string())
-    };
-    match (structural(&old.model), structural(&new.model)) {
-        (Ok(a), Ok(b)) if a == b => {}
-        (Ok(a), Ok(b)) => {
-            plan.reload_reasons
-                .push(structural_reason(&old.model, &new.model, &a, &b));
-            return plan;
-        }
-        _ => {
-            plan.reload_reasons
-                .push("the configuration could not be compared".to_string());
-            return plan;
-        }
+    if old.structure != new.structure {
+        plan.reload_reasons.push(structural_reason(
+            &old.model,
+            &new.model,
+            &old.structure,
+            &new.structure,
+        ));
+        return plan;
     }
     servers(old, new, &mut plan);
     maps(old, new, &mut plan);
@@ -131,6 +143,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     let target = Applied {
         model: model.clone(),
         rendered: new.rendered.clone(),
+        structure: old.structure.clone(),
     };
     maps(old, &target, &mut plan);
     if old.model.tls.enabled() && new.model.tls.enabled() {
@@ -444,15 +457,13 @@ mod tests {
         ];
         let store =
             Store::from_objects(objects.into_iter().map(|v| Object::from_value(v).unwrap()));
-        let out = pipeline().run(&store).unwrap();
-        Applied {
-            model: out.model,
-            rendered: out.rendered,
-        }
+        let p = pipeline();
+        let out = p.run(&store).unwrap();
+        Applied::new(out.model, out.rendered, &p.renderer)
     }
 
     fn plan_between(a: &Applied, b: &Applied) -> Plan {
-        plan(a, b, &pipeline().renderer)
+        plan(a, b)
     }
 
     #[test]
