@@ -326,12 +326,37 @@ async fn apply_output(
     first_event: Instant,
 ) -> Result<(), RunError> {
     let started = Instant::now();
+    let mut output = output;
+    let mut result = applier
+        .apply(Applied::new(
+            output.model.clone(),
+            output.rendered.clone(),
+            &pipeline.renderer,
+        ))
+        .await;
+    // HAProxy is the judge of certificates: one it refuses (a key that does not match, a
+    // broken chain) is dropped with an error naming its Secret, and the rest is applied.
+    for _ in 0..3 {
+        let Err(ApplyError::CheckRejected(messages)) = &result else {
+            break;
+        };
+        let Some(retry) = without_refused_certificates(&output, messages, &pipeline.renderer)
+        else {
+            break;
+        };
+        output = retry;
+        result = applier
+            .apply(Applied::new(
+                output.model.clone(),
+                output.rendered.clone(),
+                &pipeline.renderer,
+            ))
+            .await;
+    }
     report_diagnostics(&output.diagnostics, metrics);
     let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
     let config_text = output.rendered.haproxy_cfg().to_string();
     let diagnostics = output.diagnostics.len();
-    let applied = Applied::new(output.model, output.rendered, &pipeline.renderer);
-    let result = applier.apply(applied).await;
     metrics
         .apply_duration
         .observe(&[], started.elapsed().as_secs_f64());
@@ -374,6 +399,67 @@ async fn apply_output(
         Err(e) => fail(status, metrics, e.to_string()),
     }
     Ok(())
+}
+
+/// The output without the certificates HAProxy's check messages name, with an error for each
+/// one's Secret; `None` when the messages name none of them.
+fn without_refused_certificates(
+    output: &Output,
+    messages: &[String],
+    renderer: &crate::render::Renderer,
+) -> Option<Output> {
+    let refused: Vec<(String, String)> = output
+        .model
+        .tls
+        .pem_files
+        .iter()
+        .filter_map(|pem| {
+            let line = messages.iter().find(|m| m.contains(&pem.path))?;
+            Some((pem.path.clone(), line.clone()))
+        })
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let mut model = output.model.clone();
+    let mut diagnostics = output.diagnostics.clone();
+    for (path, message) in &refused {
+        model.tls.pem_files.retain(|p| &p.path != path);
+        model.tls.crt_list.retain(|e| &e.path != path);
+        // certs/<namespace>_<name>.pem: neither part can hold '_'.
+        let secret = path
+            .strip_prefix("certs/")
+            .and_then(|f| f.strip_suffix(".pem"))
+            .and_then(|f| f.split_once('_'))
+            .map_or_else(
+                || crate::objects::Key::new("", path.clone()),
+                |(ns, name)| crate::objects::Key::new(ns, name),
+            );
+        diagnostics.push(crate::diagnostics::Diagnostic {
+            severity: Severity::Error,
+            subject: Subject::Object(crate::objects::ObjectRef::new(
+                crate::objects::Kind::Secret,
+                &secret,
+            )),
+            field: Some("data".to_string()),
+            message: format!(
+                "HAProxy refused this certificate; its hosts are served without it: {}",
+                message.trim()
+            ),
+        });
+    }
+    if !model.tls.enabled() {
+        // No certificate left: no HTTPS frontend, so no redirect to it either.
+        model.maps.ssl_redirect.clear();
+        model.redirect_codes.clear();
+    }
+    let rendered = renderer.render(&model).ok()?;
+    diagnostics.sort();
+    Some(Output {
+        model,
+        rendered,
+        diagnostics,
+    })
 }
 
 fn site_failed(status: &Status, error: String) {
