@@ -22,6 +22,12 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
         [(label, _)] if label.ends_with("PRIVATE KEY") => &keys[0],
         _ => return Err("tls.key must hold exactly one PRIVATE KEY block".to_string()),
     };
+    let leaf = &certs
+        .iter()
+        .find(|(label, _)| label == "CERTIFICATE")
+        .map(|(_, der)| der.as_slice())
+        .unwrap_or_default();
+    key_matches_certificate(leaf, &key_block.0, &key_block.1)?;
     let mut content = String::new();
     for (label, body) in certs.iter().filter(|(l, _)| l == "CERTIFICATE") {
         content.push_str(&encode_block(label, body));
@@ -93,6 +99,176 @@ fn pem_blocks(text: &str, field: &str) -> Result<Vec<(String, Vec<u8>)>, String>
     Ok(blocks)
 }
 
+/// Checks that the private key belongs to the (first) certificate, by comparing public keys:
+/// the RSA modulus and exponent, or the EC public point. HAProxy refuses a mismatched pair
+/// and would reject the whole configuration; refusing it here drops only this Secret. Keys
+/// whose public half cannot be read without cryptography (EC keys without their public
+/// point, Ed25519) are accepted and left to HAProxy.
+fn key_matches_certificate(cert: &[u8], label: &str, key: &[u8]) -> Result<(), String> {
+    let spki = certificate_public_key(cert)
+        .ok_or_else(|| "tls.crt: the certificate is not valid DER X.509".to_string())?;
+    let key_public = match label {
+        "RSA PRIVATE KEY" => rsa_private_public(key),
+        "EC PRIVATE KEY" => ec_private_public(key),
+        "PRIVATE KEY" => pkcs8_public(key),
+        _ => return Err(format!("tls.key: unsupported key type {label:?}")),
+    };
+    match key_public {
+        Some(KeyPublic::Unknown) => Ok(()),
+        Some(public) if public == spki => Ok(()),
+        Some(_) => Err("tls.key does not belong to the certificate in tls.crt".to_string()),
+        None => Err("tls.key: the private key is not valid DER".to_string()),
+    }
+}
+
+/// The public half of a key pair, as far as it can be read without cryptography.
+#[derive(Debug, PartialEq, Eq)]
+enum KeyPublic<'a> {
+    Rsa {
+        modulus: &'a [u8],
+        exponent: &'a [u8],
+    },
+    Ec {
+        point: &'a [u8],
+    },
+    Unknown,
+}
+
+/// A DER element: (tag, contents, rest).
+fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = input.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    if rest.len() < len {
+        return None;
+    }
+    Some((tag, &rest[..len], &rest[len..]))
+}
+
+/// The contents of a SEQUENCE's elements.
+fn sequence(input: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let (tag, mut body, _) = der(input)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let mut items = Vec::new();
+    while !body.is_empty() {
+        let (t, c, rest) = der(body)?;
+        items.push((t, c));
+        body = rest;
+    }
+    Some(items)
+}
+
+/// Re-reads an element's contents as a SEQUENCE (the contents lost their header).
+fn inner_sequence(contents: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let mut body = contents;
+    let mut items = Vec::new();
+    while !body.is_empty() {
+        let (t, c, rest) = der(body)?;
+        items.push((t, c));
+        body = rest;
+    }
+    Some(items)
+}
+
+/// INTEGER contents without leading zero bytes, so equal numbers compare equal.
+fn unsigned(int: &[u8]) -> &[u8] {
+    let zeros = int.iter().take_while(|b| **b == 0).count();
+    &int[zeros.min(int.len().saturating_sub(1))..]
+}
+
+const OID_RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+const OID_EC: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+
+/// The SubjectPublicKeyInfo of an X.509 certificate.
+fn certificate_public_key(cert: &[u8]) -> Option<KeyPublic<'_>> {
+    let certificate = sequence(cert)?;
+    let (tag, tbs) = *certificate.first()?;
+    if tag != 0x30 {
+        return None;
+    }
+    let fields = inner_sequence(tbs)?;
+    // [0] version is optional; then serial, signature, issuer, validity, subject, SPKI.
+    let skip = usize::from(fields.first()?.0 == 0xa0);
+    let (tag, spki) = *fields.get(skip + 5)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let spki = inner_sequence(spki)?;
+    let algorithm = inner_sequence(spki.first()?.1)?;
+    let oid = algorithm.first()?.1;
+    let (tag, bits) = *spki.get(1)?;
+    if tag != 0x03 || bits.first() != Some(&0) {
+        return None;
+    }
+    let key = &bits[1..];
+    if oid == OID_RSA {
+        let rsa = sequence(key)?;
+        Some(KeyPublic::Rsa {
+            modulus: unsigned(rsa.first()?.1),
+            exponent: unsigned(rsa.get(1)?.1),
+        })
+    } else if oid == OID_EC {
+        Some(KeyPublic::Ec { point: key })
+    } else {
+        Some(KeyPublic::Unknown)
+    }
+}
+
+/// PKCS#1 RSAPrivateKey: version, modulus, publicExponent, ...
+fn rsa_private_public(key: &[u8]) -> Option<KeyPublic<'_>> {
+    let fields = sequence(key)?;
+    Some(KeyPublic::Rsa {
+        modulus: unsigned(fields.get(1)?.1),
+        exponent: unsigned(fields.get(2)?.1),
+    })
+}
+
+/// SEC1 ECPrivateKey: version, privateKey, [0] parameters, [1] publicKey.
+fn ec_private_public(key: &[u8]) -> Option<KeyPublic<'_>> {
+    let fields = sequence(key)?;
+    match fields.iter().find(|(t, _)| *t == 0xa1) {
+        Some((_, public)) => {
+            let (tag, bits, _) = der(public)?;
+            if tag != 0x03 || bits.first() != Some(&0) {
+                return None;
+            }
+            Some(KeyPublic::Ec { point: &bits[1..] })
+        }
+        None => Some(KeyPublic::Unknown),
+    }
+}
+
+/// PKCS#8 PrivateKeyInfo: version, algorithm, privateKey (OCTET STRING holding the inner key).
+fn pkcs8_public(key: &[u8]) -> Option<KeyPublic<'_>> {
+    let fields = sequence(key)?;
+    let algorithm = inner_sequence(fields.get(1)?.1)?;
+    let oid = algorithm.first()?.1;
+    let (tag, inner) = *fields.get(2)?;
+    if tag != 0x04 {
+        return None;
+    }
+    if oid == OID_RSA {
+        rsa_private_public(inner)
+    } else if oid == OID_EC {
+        ec_private_public(inner)
+    } else {
+        Some(KeyPublic::Unknown)
+    }
+}
+
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
@@ -156,30 +332,67 @@ mod tests {
         }
     }
 
+    fn secret(crt: &str, key: &str) -> Secret {
+        let mut data = std::collections::BTreeMap::new();
+        data.insert("tls.crt".to_string(), crt.to_string());
+        data.insert("tls.key".to_string(), key.to_string());
+        Secret {
+            string_data: Some(data),
+            ..Secret::default()
+        }
+    }
+
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!("../../tests/fixtures/tls/", $name))
+        };
+    }
+
+    #[test]
+    fn matching_pairs_are_accepted_in_every_key_format() {
+        let key = Key::new("ns", "s");
+        for (crt, k) in [
+            (fixture!("rsa.crt"), fixture!("rsa.key")),
+            (fixture!("rsa.crt"), fixture!("rsa-pkcs1.key")),
+            (fixture!("ec.crt"), fixture!("ec.key")),
+            (fixture!("ec.crt"), fixture!("ec-pkcs8.key")),
+        ] {
+            let pem = pem_file(&key, &secret(crt, k)).unwrap();
+            assert_eq!(pem.path, "certs/ns_s.pem");
+            assert!(pem.content.contains("-----BEGIN CERTIFICATE-----"));
+        }
+    }
+
+    #[test]
+    fn a_key_of_another_certificate_is_refused() {
+        let key = Key::new("ns", "s");
+        for (crt, k) in [
+            (fixture!("rsa.crt"), fixture!("other-rsa.key")),
+            (fixture!("ec.crt"), fixture!("other-ec.key")),
+            (fixture!("rsa.crt"), fixture!("ec.key")),
+        ] {
+            let err = pem_file(&key, &secret(crt, k)).unwrap_err();
+            assert!(err.contains("does not belong"), "{err}");
+        }
+    }
+
     #[test]
     fn rejects_secrets_without_a_key_or_with_junk() {
-        let mut secret = Secret::default();
-        let mut data = std::collections::BTreeMap::new();
-        data.insert(
-            "tls.crt".to_string(),
-            "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n".to_string(),
-        );
-        secret.string_data = Some(data.clone());
         let key = Key::new("ns", "s");
-        assert!(pem_file(&key, &secret).unwrap_err().contains("tls.key"));
-        data.insert(
-            "tls.key".to_string(),
-            "-----BEGIN PRIVATE KEY-----\n%[env(X)]\n-----END PRIVATE KEY-----\n".to_string(),
+        let mut s = secret(fixture!("rsa.crt"), "");
+        s.string_data.as_mut().unwrap().remove("tls.key");
+        assert!(pem_file(&key, &s).unwrap_err().contains("tls.key"));
+        let junk = "-----BEGIN PRIVATE KEY-----\n%[env(X)]\n-----END PRIVATE KEY-----\n";
+        assert!(
+            pem_file(&key, &secret(fixture!("rsa.crt"), junk))
+                .unwrap_err()
+                .contains("base64")
         );
-        secret.string_data = Some(data.clone());
-        assert!(pem_file(&key, &secret).unwrap_err().contains("base64"));
-        data.insert(
-            "tls.key".to_string(),
-            "-----BEGIN PRIVATE KEY-----\nREVG\n-----END PRIVATE KEY-----\n".to_string(),
+        let not_der = "-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n";
+        assert!(
+            pem_file(&key, &secret(not_der, fixture!("rsa.key")))
+                .unwrap_err()
+                .contains("X.509")
         );
-        secret.string_data = Some(data);
-        let pem = pem_file(&key, &secret).unwrap();
-        assert_eq!(pem.path, "certs/ns_s.pem");
-        assert!(pem.content.contains("QUJD") && pem.content.contains("REVG"));
     }
 }
