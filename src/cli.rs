@@ -176,6 +176,18 @@ pub struct PipelineArgs {
     /// HTTPS port.
     #[arg(long, env = "PORTCULLIS_HTTPS_BIND_PORT", default_value_t = 443)]
     pub https_bind_port: u16,
+    /// This controller's pod name (default: the downward API's POD_NAME). Needed for peers.
+    #[arg(long, env = "PORTCULLIS_POD_NAME", value_parser = pod_name)]
+    pub pod_name: Option<String>,
+    /// This controller's pod namespace (default: POD_NAMESPACE).
+    #[arg(long, env = "PORTCULLIS_POD_NAMESPACE", value_parser = pod_name)]
+    pub pod_namespace: Option<String>,
+    /// This controller's pod IP (default: POD_IP, then the Pod's status).
+    #[arg(long, env = "PORTCULLIS_POD_IP")]
+    pub pod_ip: Option<std::net::IpAddr>,
+    /// Port of the HAProxy peers protocol between replicas.
+    #[arg(long, env = "PORTCULLIS_LOCALPEER_PORT", default_value_t = 10000)]
+    pub localpeer_port: u16,
 }
 
 impl PipelineArgs {
@@ -194,6 +206,27 @@ impl PipelineArgs {
                 https_port: self.https_bind_port,
             },
             runtime_socket: None,
+            identity: crate::translate::peers::Identity {
+                pod_name: self
+                    .pod_name
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAME").ok().filter(|v| !v.is_empty())),
+                pod_namespace: self.pod_namespace.clone().or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                }),
+                pod_ip: self
+                    .pod_ip
+                    .or_else(|| std::env::var("POD_IP").ok().and_then(|v| v.parse().ok())),
+                peer_port: self.localpeer_port,
+            },
         }
     }
+}
+
+/// A pod name: a DNS-1123 subdomain (it becomes HAProxy's local peer name).
+fn pod_name(v: &str) -> Result<String, String> {
+    crate::objects::validate_dns_subdomain(v)?;
+    Ok(v.to_string())
 }

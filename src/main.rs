@@ -162,6 +162,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
                 https_port: args.https_bind_port,
             },
             runtime_socket: None,
+            identity: portcullis::translate::peers::Identity::default(),
         },
         haproxy_bin: args.haproxy_bin.clone(),
         config_dir: work.join("config"),

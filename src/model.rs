@@ -27,6 +27,32 @@ pub struct Model {
     pub default_backend: DefaultBackend,
     /// TLS certificates served by SNI; empty means no HTTPS frontend.
     pub tls: Tls,
+    /// The `peers localinstance` section; `None` when this controller's identity is unknown.
+    pub peers: Option<Peers>,
+}
+
+/// HAProxy peers: replicas sharing stick tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Peers {
+    /// This replica's peer name (its pod name), HAProxy's `localpeer`.
+    pub local: String,
+    pub port: u16,
+    /// Sorted by name; includes this replica.
+    pub entries: Vec<Peer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Peer {
+    pub name: String,
+    pub address: String,
+}
+
+/// A source-address stick table (`source-ip-persistence`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SourcePersistence {
+    /// Entries, as HAProxy writes sizes: `1m`, `100k` or a plain number.
+    pub size: String,
+    pub expire_ms: u64,
 }
 
 /// Addresses and ports the frontends bind. Comes from flags, not from the cluster.
@@ -116,6 +142,8 @@ pub struct BackendSettings {
     pub forwarded_for: bool,
     /// Server slots come in blocks of this size.
     pub slots_block: u32,
+    /// `stick on src` with a stick table (shared with the peers when there are any).
+    pub source_persistence: Option<SourcePersistence>,
 }
 
 impl Default for BackendSettings {
@@ -131,6 +159,7 @@ impl Default for BackendSettings {
             server_proto: None,
             forwarded_for: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
+            source_persistence: None,
         }
     }
 }

@@ -163,6 +163,7 @@ fn pipeline() -> Pipeline {
                 https_port: 8443,
             },
             runtime_socket: None,
+            identity: portcullis::translate::peers::Identity::default(),
         },
     )
     .unwrap()

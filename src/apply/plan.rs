@@ -426,6 +426,7 @@ mod tests {
                     https_port: 443,
                 },
                 runtime_socket: None,
+                identity: crate::translate::peers::Identity::default(),
             },
         )
         .unwrap()

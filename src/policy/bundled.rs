@@ -41,6 +41,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     ),
     ("set-host.rhai", include_str!("../../scripts/set-host.rhai")),
     (
+        "source-ip-persistence.rhai",
+        include_str!("../../scripts/source-ip-persistence.rhai"),
+    ),
+    (
         "ssl-redirect.rhai",
         include_str!("../../scripts/ssl-redirect.rhai"),
     ),

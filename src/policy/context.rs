@@ -77,8 +77,9 @@ struct Inner {
     sources: Vec<ValueSource>,
     /// Extra read-only facts for the hook, e.g. `host` and `path` for a route.
     facts: BTreeMap<&'static str, String>,
-    diagnostics: Mutex<Vec<Diagnostic>>,
-    script: Mutex<String>,
+    /// Shared with contexts derived by `without`, so their reports reach the hook's caller.
+    diagnostics: Arc<Mutex<Vec<Diagnostic>>>,
+    script: Arc<Mutex<String>>,
 }
 
 impl HookContext {
@@ -92,8 +93,8 @@ impl HookContext {
                 subject,
                 sources,
                 facts,
-                diagnostics: Mutex::new(Vec::new()),
-                script: Mutex::new(String::new()),
+                diagnostics: Arc::new(Mutex::new(Vec::new())),
+                script: Arc::new(Mutex::new(String::new())),
             }),
         }
     }
@@ -243,6 +244,50 @@ impl HookContext {
             })
     }
 
+    /// The same context without the sources of one kind (e.g. `"Ingress"`), for settings
+    /// that must not come from there.
+    fn without(&mut self, kind: &str) -> HookContext {
+        HookContext {
+            inner: Arc::new(Inner {
+                subject: self.inner.subject.clone(),
+                sources: self
+                    .inner
+                    .sources
+                    .iter()
+                    .filter(|s| s.object.kind.as_str() != kind)
+                    .cloned()
+                    .collect(),
+                facts: self.inner.facts.clone(),
+                diagnostics: self.inner.diagnostics.clone(),
+                script: self.inner.script.clone(),
+            }),
+        }
+    }
+
+    /// If an object of `kind` sets `name`, reports it as ignored (with `reason`) on that
+    /// object and returns true.
+    fn ignore_on(&mut self, kind: &str, name: Dynamic, reason: &str) -> bool {
+        let names = names(name);
+        let mut found = false;
+        for source in self
+            .inner
+            .sources
+            .iter()
+            .filter(|s| s.object.kind.as_str() == kind)
+        {
+            for (_, field) in source.lookup(&names) {
+                found = true;
+                self.record(
+                    Severity::Warning,
+                    &source.object,
+                    field,
+                    format!("ignored: {reason}"),
+                );
+            }
+        }
+        found
+    }
+
     fn warn(&mut self, message: &str) {
         let script = self
             .inner
@@ -348,5 +393,7 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("path", HookContext::get_path)
         .register_fn("rewrite", HookContext::get_rewrite)
         .register_fn("http_check", HookContext::get_http_check)
-        .register_fn("warn", HookContext::warn);
+        .register_fn("warn", HookContext::warn)
+        .register_fn("without", HookContext::without)
+        .register_fn("ignore_on", HookContext::ignore_on);
 }

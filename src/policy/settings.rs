@@ -6,7 +6,7 @@
 
 use rhai::{Dynamic, Map};
 
-use crate::model::{BackendSettings, GlobalSettings, HttpCheck, RouteSettings};
+use crate::model::{BackendSettings, GlobalSettings, HttpCheck, RouteSettings, SourcePersistence};
 use crate::policy::context::CHECK_METHODS;
 use crate::values;
 
@@ -82,6 +82,9 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
                 .map(|p| out.server_proto = (p == "h2").then_some(p)),
             "forwarded_for" => boolean(value).map(|b| out.forwarded_for = b),
             "slots_block" => int(value, 1, 1000).map(|n| out.slots_block = n as u32),
+            "source_ip_persistence" => {
+                source_persistence(value).map(|p| out.source_persistence = Some(p))
+            }
             _ => match BACKEND_TIMEOUTS.iter().find(|(k, _)| *k == key) {
                 Some((_, name)) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(name.to_string(), ms);
@@ -193,6 +196,39 @@ fn cidrs(v: &Dynamic) -> Result<Vec<String>, String> {
         .map(string)
         .collect::<Result<Vec<_>, _>>()?;
     values::parse_cidr_list(&items.join(","))
+}
+
+/// `#{size: <entries>, expire: <ms>}`.
+fn source_persistence(v: &Dynamic) -> Result<SourcePersistence, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{size, expire}".to_string())?;
+    let size = map
+        .get("size")
+        .ok_or_else(|| "missing \"size\"".to_string())
+        .and_then(|s| int(s, 1, 1 << 32))?;
+    let expire_ms = map
+        .get("expire")
+        .ok_or_else(|| "missing \"expire\"".to_string())
+        .and_then(duration_ms)?;
+    Ok(SourcePersistence {
+        size: size_text(size as u64),
+        expire_ms,
+    })
+}
+
+/// A size as HAProxy writes it: `1m` for 1048576, `100k` for 102400, else the number.
+fn size_text(n: u64) -> String {
+    if n % (1 << 30) == 0 {
+        format!("{}g", n >> 30)
+    } else if n % (1 << 20) == 0 {
+        format!("{}m", n >> 20)
+    } else if n % (1 << 10) == 0 {
+        format!("{}k", n >> 10)
+    } else {
+        n.to_string()
+    }
 }
 
 fn http_check(v: &Dynamic) -> Result<HttpCheck, String> {

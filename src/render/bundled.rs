@@ -31,6 +31,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/global.j2"),
     ),
     (
+        "parts/peers.j2",
+        include_str!("../../templates/parts/peers.j2"),
+    ),
+    (
         "parts/routing.j2",
         include_str!("../../templates/parts/routing.j2"),
     ),

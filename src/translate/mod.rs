@@ -6,6 +6,7 @@
 
 pub mod backends;
 pub mod class;
+pub mod peers;
 pub mod routes;
 pub mod slots;
 pub mod tls;
@@ -42,6 +43,8 @@ pub struct TranslateConfig {
     pub listen: Listen,
     /// Where HAProxy opens its runtime API socket, when Portcullis drives it.
     pub runtime_socket: Option<String>,
+    /// This controller's pod, for the peers section.
+    pub identity: peers::Identity,
 }
 
 /// The model and everything that was wrong with the input.
@@ -526,6 +529,7 @@ impl Translator<'_> {
                 pem_files,
                 crt_list,
             },
+            peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
         };
         Translation {
             model,
