@@ -83,6 +83,10 @@ pub struct Applier {
     running: Option<Applied>,
     /// A reload that is still owed (it failed, or its check failed), with its reason.
     owed_reload: Option<String>,
+    /// The files whose configuration HAProxy is equal to: what it last loaded, or what the
+    /// runtime API then brought it to. Not updated by the runtime part of a configuration
+    /// that could not be loaded.
+    loaded: Option<crate::render::RenderedConfig>,
 }
 
 impl Applier {
@@ -101,6 +105,7 @@ impl Applier {
             metrics,
             running: None,
             owed_reload: None,
+            loaded: None,
         }
     }
 
@@ -134,6 +139,11 @@ impl Applier {
                 .reload(new, vec!["initial configuration".to_string()])
                 .await;
         };
+        // Back to exactly what HAProxy loaded last: the reload owed for a change that was
+        // reverted is not needed any more (the runtime part is reverted below).
+        if self.loaded.as_ref() == Some(&new.rendered) {
+            self.owed_reload = None;
+        }
         let mut plan = plan::plan(running, &new);
         if let Some(owed) = &self.owed_reload {
             plan.reload_reasons.push(format!("retrying: {owed}"));
@@ -165,6 +175,7 @@ impl Applier {
         }
         // The disk follows, so that any later reload starts from the same state.
         files::write_atomically(&self.config_dir, &new.rendered)?;
+        self.loaded = Some(new.rendered.clone());
         self.running = Some(new);
         Ok(Outcome::Runtime { commands: count })
     }
@@ -222,6 +233,7 @@ impl Applier {
             .reloads
             .inc(&[reasons.first().map_or("configuration", |r| reason_label(r))]);
         self.owed_reload = None;
+        self.loaded = Some(new.rendered.clone());
         let removed = files::remove_unreferenced(&self.config_dir, &new.rendered);
         if !removed.is_empty() {
             tracing::info!(files = ?removed, "removed files no configuration references");
