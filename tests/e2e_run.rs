@@ -1261,3 +1261,135 @@ fn reverting_a_rejected_change_does_not_reload() {
     );
     assert_eq!(h.who("keep.example.com", "/"), "old");
 }
+
+/// Case 10: Paths with every character the path parser accepts route, whether they go through
+/// the runtime API or (`;`, which the CLI would read as a command separator) a reload.
+#[test]
+fn unusual_path_characters_route() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    let host = Some("keep.example.com");
+    let odd = [
+        "/matrix;v=1",
+        "/at@sign",
+        "/bang!and&amp",
+        "/paren(s)",
+        "/star*plus+comma,",
+        "/colon:tilde~",
+        "/pct%41",
+        "/under_score.dot-dash",
+    ];
+    let mut routes = vec![route(host, "/", "Prefix", "old")];
+    for path in odd {
+        routes.push(route(host, path, "Exact", "new"));
+    }
+    h.write("ingress.yaml", &ingress(NS, "keep", &routes, None, &[]));
+    wait_until(APPLY_TIMEOUT, "the odd paths route", || {
+        odd.iter().all(|p| h.who("keep.example.com", p) == "new")
+    });
+    h.wait_old_workers_gone();
+    for path in odd {
+        assert_eq!(h.who("keep.example.com", path), "new", "{path}");
+        // Exact: a longer path is not the same path.
+        assert_eq!(
+            h.who("keep.example.com", &format!("{path}x")),
+            "old",
+            "{path}x"
+        );
+    }
+    // `%41` is not decoded: `/pctA` is another path.
+    assert_eq!(h.who("keep.example.com", "/pctA"), "old");
+}
+
+/// Case 11: Reloads lose no request: a client keeps sending requests while the configuration
+/// is reloaded several times, and every one of them is answered by the backend.
+#[test]
+fn reloads_lose_no_requests() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    let start = h.reloads();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], h.http_port));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut answers = Vec::new();
+            // Bounded: at most this many requests, and it stops when told.
+            for _ in 0..100_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                answers.push(
+                    support::http_get(addr, "keep.example.com", "/")
+                        .map(|a| a.who())
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            answers
+        })
+    };
+    // Each state adds or removes a backend: a reload each time.
+    let host = Some("keep.example.com");
+    for i in 0..4 {
+        let mut routes = vec![route(host, "/", "Prefix", "old")];
+        if i % 2 == 0 {
+            routes.push(route(host, "/new", "Prefix", "new"));
+        }
+        h.write("ingress.yaml", &ingress(NS, "keep", &routes, None, &[]));
+        let want = if i % 2 == 0 { "new" } else { "old" };
+        wait_until(APPLY_TIMEOUT, "the change is served", || {
+            h.who("keep.example.com", "/new") == want
+        });
+        wait_until(APPLY_TIMEOUT, "the reload is done", || {
+            h.reloads().0 == start.0 + i + 1
+        });
+        h.wait_old_workers_gone();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers = client.join().unwrap();
+    let bad: Vec<_> = answers
+        .iter()
+        .filter(|a| a.as_deref() != Ok("old"))
+        .collect();
+    eprintln!("{} requests during 4 reloads", answers.len());
+    assert!(
+        answers.len() > 20,
+        "only {} requests were made",
+        answers.len()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} of {} requests failed during reloads: {:?}",
+        bad.len(),
+        answers.len(),
+        &bad[..bad.len().min(10)]
+    );
+    assert_eq!(h.reloads(), (start.0 + 4, start.1));
+}
+
+/// Case 12: After a clean exit, `run` starts again on the same directories.
+#[test]
+fn restarts_on_the_same_directories() {
+    let mut h = Harness::new();
+    keep_cluster(&mut h, &["old"]);
+    h.start(&[]);
+    assert_eq!(h.who("keep.example.com", "/"), "old");
+    let status = h.terminate(Duration::from_secs(20)).expect("an exit");
+    assert_eq!(status.code(), Some(0));
+    // Something changed while it was down.
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "keep",
+            &[route(Some("keep.example.com"), "/", "Prefix", "new")],
+            None,
+            &[],
+        ),
+    );
+    h.start(&[]);
+    assert_eq!(h.who("keep.example.com", "/"), "new");
+    assert_eq!(h.reloads(), (0, 0));
+}
