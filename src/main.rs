@@ -149,20 +149,13 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
         scripts_dir: None,
         templates_dir: None,
         translate: portcullis::translate::TranslateConfig {
-            version: env!("CARGO_PKG_VERSION").to_string(),
-            ingress_class: "portcullis".to_string(),
-            controller_class: "portcullis.io/ingress".to_string(),
-            watch_ingress_without_class: false,
             config_map: Some(portcullis::objects::Key::new("demo", "portcullis")),
-            default_backend_service: None,
-            default_ssl_certificate: None,
             listen: portcullis::model::Listen {
                 ipv4_address: "127.0.0.1".to_string(),
                 http_port: args.http_bind_port,
                 https_port: args.https_bind_port,
             },
-            runtime_socket: None,
-            identity: portcullis::translate::peers::Identity::default(),
+            ..portcullis::translate::TranslateConfig::default()
         },
         haproxy_bin: args.haproxy_bin.clone(),
         config_dir: work.join("config"),

@@ -151,19 +151,12 @@ fn pipeline() -> Pipeline {
         None,
         TranslateConfig {
             version: "test".into(),
-            ingress_class: "portcullis".into(),
-            controller_class: "portcullis.io/ingress".into(),
-            watch_ingress_without_class: false,
-            config_map: None,
-            default_backend_service: None,
-            default_ssl_certificate: None,
             listen: Listen {
                 ipv4_address: "127.0.0.1".into(),
                 http_port: 8080,
                 https_port: 8443,
             },
-            runtime_socket: None,
-            identity: portcullis::translate::peers::Identity::default(),
+            ..TranslateConfig::default()
         },
     )
     .unwrap()

@@ -22,25 +22,27 @@ impl Drop for ExternalHaproxy {
     }
 }
 
+/// Service `web` with one endpoint on `port`, routed from ext.example.com.
+fn web(port: u16) -> String {
+    format!(
+        "{}---\n{}---\n{}",
+        service(NS, "web", &[]),
+        endpoint_slices(NS, "web", &[("0", port, true)]),
+        ingress(
+            NS,
+            "web",
+            &[route(Some("ext.example.com"), "/", "Prefix", "web")],
+            None,
+            &[]
+        )
+    )
+}
+
 #[test]
 fn drives_an_haproxy_it_does_not_supervise() {
     let mut h = Harness::new();
     let old = h.echo("old-0");
-    h.write(
-        "web.yaml",
-        &format!(
-            "{}---\n{}---\n{}",
-            service(NS, "web", &[]),
-            endpoint_slices(NS, "web", &[("0", old, true)]),
-            ingress(
-                NS,
-                "web",
-                &[route(Some("ext.example.com"), "/", "Prefix", "web")],
-                None,
-                &[]
-            )
-        ),
-    );
+    h.write("web.yaml", &web(old));
     // The operator's bootstrap configuration: just the runtime API socket Portcullis expects.
     let cfg = h.config_dir().join("haproxy.cfg");
     let placeholder = free_port();
@@ -80,21 +82,7 @@ fn drives_an_haproxy_it_does_not_supervise() {
 
     // An endpoint change goes through the runtime API of the same HAProxy.
     let new = h.echo("new-0");
-    h.write(
-        "web.yaml",
-        &format!(
-            "{}---\n{}---\n{}",
-            service(NS, "web", &[]),
-            endpoint_slices(NS, "web", &[("0", new, true)]),
-            ingress(
-                NS,
-                "web",
-                &[route(Some("ext.example.com"), "/", "Prefix", "web")],
-                None,
-                &[]
-            )
-        ),
-    );
+    h.write("web.yaml", &web(new));
     wait_until(APPLY_TIMEOUT, "the new endpoint answers", || {
         h.who("ext.example.com", "/") == "new-0"
     });

@@ -402,7 +402,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::Listen;
     use crate::objects::Object;
     use crate::pipeline::Pipeline;
     use crate::store::Store;
@@ -414,19 +413,8 @@ mod tests {
             None,
             TranslateConfig {
                 version: "test".into(),
-                ingress_class: "portcullis".into(),
-                controller_class: "portcullis.io/ingress".into(),
                 watch_ingress_without_class: true,
-                config_map: None,
-                default_backend_service: None,
-                default_ssl_certificate: None,
-                listen: Listen {
-                    ipv4_address: "127.0.0.1".into(),
-                    http_port: 80,
-                    https_port: 443,
-                },
-                runtime_socket: None,
-                identity: crate::translate::peers::Identity::default(),
+                ..TranslateConfig::default()
             },
         )
         .unwrap()

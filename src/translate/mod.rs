@@ -47,6 +47,32 @@ pub struct TranslateConfig {
     pub identity: peers::Identity,
 }
 
+impl Default for TranslateConfig {
+    /// The flags' defaults: class `portcullis`, HTTP on 0.0.0.0:80 and HTTPS on 443, no
+    /// ConfigMap, no default backend or certificate, no identity.
+    fn default() -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ingress_class: "portcullis".to_string(),
+            controller_class: "portcullis.io/ingress".to_string(),
+            watch_ingress_without_class: false,
+            config_map: None,
+            default_backend_service: None,
+            default_ssl_certificate: None,
+            listen: Listen {
+                ipv4_address: "0.0.0.0".to_string(),
+                http_port: 80,
+                https_port: 443,
+            },
+            runtime_socket: None,
+            identity: peers::Identity {
+                peer_port: 10000,
+                ..peers::Identity::default()
+            },
+        }
+    }
+}
+
 /// The model and everything that was wrong with the input.
 #[derive(Debug)]
 pub struct Translation {

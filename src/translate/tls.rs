@@ -156,24 +156,16 @@ fn der(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
     Some((tag, &rest[..len], &rest[len..]))
 }
 
-/// The contents of a SEQUENCE's elements.
+/// The elements of a SEQUENCE: (tag, contents) each.
 fn sequence(input: &[u8]) -> Option<Vec<(u8, &[u8])>> {
-    let (tag, mut body, _) = der(input)?;
-    if tag != 0x30 {
-        return None;
+    match der(input)? {
+        (0x30, body, _) => elements(body),
+        _ => None,
     }
-    let mut items = Vec::new();
-    while !body.is_empty() {
-        let (t, c, rest) = der(body)?;
-        items.push((t, c));
-        body = rest;
-    }
-    Some(items)
 }
 
-/// Re-reads an element's contents as a SEQUENCE (the contents lost their header).
-fn inner_sequence(contents: &[u8]) -> Option<Vec<(u8, &[u8])>> {
-    let mut body = contents;
+/// The elements in a run of DER (a SEQUENCE's contents).
+fn elements(mut body: &[u8]) -> Option<Vec<(u8, &[u8])>> {
     let mut items = Vec::new();
     while !body.is_empty() {
         let (t, c, rest) = der(body)?;
@@ -199,15 +191,15 @@ fn certificate_public_key(cert: &[u8]) -> Option<KeyPublic<'_>> {
     if tag != 0x30 {
         return None;
     }
-    let fields = inner_sequence(tbs)?;
+    let fields = elements(tbs)?;
     // [0] version is optional; then serial, signature, issuer, validity, subject, SPKI.
     let skip = usize::from(fields.first()?.0 == 0xa0);
     let (tag, spki) = *fields.get(skip + 5)?;
     if tag != 0x30 {
         return None;
     }
-    let spki = inner_sequence(spki)?;
-    let algorithm = inner_sequence(spki.first()?.1)?;
+    let spki = elements(spki)?;
+    let algorithm = elements(spki.first()?.1)?;
     let oid = algorithm.first()?.1;
     let (tag, bits) = *spki.get(1)?;
     if tag != 0x03 || bits.first() != Some(&0) {
@@ -254,7 +246,7 @@ fn ec_private_public(key: &[u8]) -> Option<KeyPublic<'_>> {
 /// PKCS#8 PrivateKeyInfo: version, algorithm, privateKey (OCTET STRING holding the inner key).
 fn pkcs8_public(key: &[u8]) -> Option<KeyPublic<'_>> {
     let fields = sequence(key)?;
-    let algorithm = inner_sequence(fields.get(1)?.1)?;
+    let algorithm = elements(fields.get(1)?.1)?;
     let oid = algorithm.first()?.1;
     let (tag, inner) = *fields.get(2)?;
     if tag != 0x04 {
