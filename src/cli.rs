@@ -26,8 +26,30 @@ pub enum Command {
     Run(RunArgs),
     /// The quickstart: example manifests, loopback echo backends and `run`, on ports 8080/8443.
     Demo(DemoArgs),
+    /// List the effective policy scripts and the layer each comes from.
+    Scripts {
+        #[command(subcommand)]
+        command: ListCommand,
+        /// Site scripts layered over the bundled ones.
+        #[arg(long, env = "PORTCULLIS_SCRIPTS_DIR", global = true)]
+        scripts_dir: Option<PathBuf>,
+    },
+    /// List the effective templates and the layer each comes from.
+    Templates {
+        #[command(subcommand)]
+        command: ListCommand,
+        /// Site templates layered over the bundled ones.
+        #[arg(long, env = "PORTCULLIS_TEMPLATES_DIR", global = true)]
+        templates_dir: Option<PathBuf>,
+    },
     /// Print the version.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ListCommand {
+    /// One line per effective file: name, then `bundled` or the site file's path.
+    List,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use portcullis::check::{self, CheckError};
-use portcullis::cli::{Cli, Command, DemoArgs, PipelineArgs, RunArgs};
+use portcullis::cli::{Cli, Command, DemoArgs, ListCommand, PipelineArgs, RunArgs};
 use portcullis::controller::{self, RunConfig, RunError};
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::source::files;
@@ -27,6 +27,20 @@ mod exit {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Scripts {
+            command: ListCommand::List,
+            scripts_dir,
+        } => list(
+            portcullis::policy::PolicyEngine::load(scripts_dir.as_deref())
+                .map(|e| e.scripts().cloned().collect::<Vec<_>>()),
+        ),
+        Command::Templates {
+            command: ListCommand::List,
+            templates_dir,
+        } => list(
+            portcullis::render::Renderer::load(templates_dir.as_deref())
+                .map(|r| r.templates().to_vec()),
+        ),
         Command::Version => {
             println_out(&format!("portcullis {}", env!("CARGO_PKG_VERSION")));
             ExitCode::SUCCESS
@@ -90,6 +104,27 @@ fn main() -> ExitCode {
                     ExitCode::from(exit::ENVIRONMENT)
                 }
             }
+        }
+    }
+}
+
+/// Prints the effective files of a layered set, or the reasons it does not load.
+fn list<E: std::fmt::Display>(
+    files: Result<Vec<portcullis::layers::SourceFile>, Vec<E>>,
+) -> ExitCode {
+    match files {
+        Ok(files) => {
+            let width = files.iter().map(|f| f.name.len()).max().unwrap_or(0);
+            for f in files {
+                println_out(&format!("{:<width$}  {}", f.name, f.layer));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            ExitCode::from(exit::INPUT)
         }
     }
 }

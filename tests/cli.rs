@@ -158,3 +158,34 @@ fn version_prints_the_crate_version() {
     );
     assert!(Path::new(BASIC).is_dir());
 }
+
+#[test]
+fn scripts_and_templates_list_name_their_layer() {
+    let site = tempfile::tempdir().unwrap();
+    std::fs::write(site.path().join("check.rhai"), "fn backend(ctx) { #{} }").unwrap();
+    std::fs::write(site.path().join("zz-mine.rhai"), "fn route(ctx) { #{} }").unwrap();
+    let out = portcullis(&[
+        "scripts",
+        "list",
+        "--scripts-dir",
+        site.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let line = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{listing}"))
+            .to_string()
+    };
+    assert!(line("check.rhai").contains("site ("));
+    assert!(line("zz-mine.rhai").contains("site ("));
+    assert!(line("load-balance.rhai").ends_with("bundled"));
+    let out = portcullis(&["templates", "list"]);
+    assert!(
+        text(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("haproxy.cfg.j2"))
+    );
+}
