@@ -657,11 +657,16 @@ fn burst_of_changes_is_coalesced() {
     assert_eq!(h.who("burst.example.com", "/burst"), "s0");
     let start = h.reloads();
 
+    let states: Vec<String> = (0..CHANGES).map(state).collect();
+    // Spread over about 300 ms, longer than the debounce; a busy machine that falls behind
+    // this schedule writes without pausing.
     let began = Instant::now();
-    for i in 0..CHANGES {
-        h.write("burst.yaml", &state(i));
-        // Spread the burst over a few hundred milliseconds, longer than the debounce.
-        std::thread::sleep(Duration::from_millis(1));
+    for (i, text) in states.iter().enumerate() {
+        h.write("burst.yaml", text);
+        let due = began + Duration::from_micros(1_500) * u32::try_from(i + 1).unwrap();
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
     }
     let took = began.elapsed();
     assert!(took < Duration::from_secs(1), "the burst took {took:?}");
