@@ -526,10 +526,16 @@ impl Translator<'_> {
             backends.push(self.backend(name, build));
         }
 
-        // The default certificate (if any) stays first; the rest are sorted and unique.
-        let mut crt_list = std::mem::take(&mut self.tls_entries);
-        crt_list.sort();
-        crt_list.dedup();
+        // The default certificate (if any) comes first. The rest are in Ingress age order
+        // (oldest first, then spec.tls order), without repeats: deterministic, and a new
+        // Ingress appends rather than taking over the first line, which HAProxy serves to
+        // clients without SNI and cannot replace without a reload.
+        let mut seen = std::collections::BTreeSet::new();
+        let crt_list: Vec<CrtListEntry> = std::mem::take(&mut self.tls_entries)
+            .into_iter()
+            .filter(|e| seen.insert(e.clone()))
+            .collect();
+        let mut crt_list = crt_list;
         if let Some(d) = self.default_certificate.take() {
             crt_list.insert(0, d);
         }
