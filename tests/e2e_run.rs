@@ -584,8 +584,9 @@ fn certificates_come_and_go_without_reload() {
     );
     let start = h.reloads();
 
-    // Named to sort after secure-tls: the first crt-list line is the default certificate, and
-    // changing it needs a reload (docs/architecture.md, TLS).
+    // Newer than the `secure` Ingress (without creation timestamps, the name decides the
+    // age order): its certificate is appended to the crt-list. The first line is the default
+    // certificate, and changing it needs a reload (docs/architecture.md, TLS).
     h.write(
         "other-secret.yaml",
         &tls_secret(NS, "zz-other-tls", &other.0, &other.1),
@@ -594,7 +595,7 @@ fn certificates_come_and_go_without_reload() {
         "other.yaml",
         &ingress(
             NS,
-            "other",
+            "zz-other",
             &[route(Some("other.example.com"), "/", "Prefix", "web")],
             None,
             &[("zz-other-tls", &["other.example.com"])],
