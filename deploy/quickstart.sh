@@ -10,6 +10,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Debian installs HAProxy in /usr/sbin, which is not on every user's PATH.
+export PATH="$PATH:/usr/sbin"
 if ! command -v haproxy >/dev/null 2>&1; then
     if ! command -v apt-get >/dev/null 2>&1; then
         echo "quickstart: HAProxy 2.6 or newer is needed; install it and run this again" >&2

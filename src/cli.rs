@@ -142,7 +142,7 @@ fn debounce(v: &str) -> Result<std::time::Duration, String> {
 
 /// A directory for sockets: its path ends up in haproxy.cfg, so it must be a plain path.
 fn socket_dir(v: &str) -> Result<PathBuf, String> {
-    let ok = !v.is_empty()
+    let ok = v.starts_with('/')
         && v.len() <= 80
         && v.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-'));
@@ -150,7 +150,7 @@ fn socket_dir(v: &str) -> Result<PathBuf, String> {
         Ok(PathBuf::from(v))
     } else {
         Err(format!(
-            "{v:?}: socket directories may use letters, digits, '/', '.', '_' and '-' only, at most 80 characters (Unix socket paths are short)"
+            "{v:?}: the socket directory must be an absolute path of letters, digits, '/', '.', '_' and '-', at most 80 characters (it is written into haproxy.cfg, and Unix socket paths are short)"
         ))
     }
 }
@@ -202,7 +202,7 @@ pub struct PipelineArgs {
     #[arg(long, env = "PORTCULLIS_POD_NAME", value_parser = pod_name)]
     pub pod_name: Option<String>,
     /// This controller's pod namespace (default: POD_NAMESPACE).
-    #[arg(long, env = "PORTCULLIS_POD_NAMESPACE", value_parser = pod_name)]
+    #[arg(long, env = "PORTCULLIS_POD_NAMESPACE", value_parser = namespace)]
     pub pod_namespace: Option<String>,
     /// This controller's pod IP (default: POD_IP, then the Pod's status).
     #[arg(long, env = "PORTCULLIS_POD_IP")]
@@ -245,6 +245,12 @@ impl PipelineArgs {
             },
         }
     }
+}
+
+/// A namespace: a DNS-1123 label.
+fn namespace(v: &str) -> Result<String, String> {
+    crate::objects::validate_dns_label(v)?;
+    Ok(v.to_string())
 }
 
 /// A pod name: a DNS-1123 subdomain (it becomes HAProxy's local peer name).

@@ -218,6 +218,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     let mut health = tokio::time::interval(Duration::from_secs(1));
+    // An owed reload (failed, or rejected by `haproxy -c`) is retried on every change, and
+    // also on its own, with a growing pause, in case no change comes.
+    let mut retry_pause = Duration::from_secs(5);
+    let mut next_retry = Instant::now() + retry_pause;
 
     let result = loop {
         tokio::select! {
@@ -226,6 +230,14 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             _ = health.tick() => {
                 if applier.running().is_some() && !applier.haproxy_alive() {
                     break Err(RunError::HaproxyExited);
+                }
+                if !applier.owes_reload() {
+                    retry_pause = Duration::from_secs(5);
+                    next_retry = Instant::now() + retry_pause;
+                } else if Instant::now() >= next_retry {
+                    let _ = changes_tx.send(Instant::now());
+                    retry_pause = (retry_pause * 2).min(Duration::from_secs(60));
+                    next_retry = Instant::now() + retry_pause;
                 }
             }
             Some(first) = changes.recv() => {
@@ -389,7 +401,9 @@ async fn apply_output(
             status.update(|s| {
                 s.ready = true;
                 s.last_error = None;
-                s.last_outcome = Some(text);
+                if outcome != Outcome::Unchanged || s.last_outcome.is_none() {
+                    s.last_outcome = Some(text);
+                }
                 s.diagnostics = diagnostics;
                 s.config = Some(config_text);
                 s.model = Some(model_json);

@@ -22,7 +22,16 @@ pub enum FilesError {
 pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<String>, FilesError> {
     let mut written = Vec::new();
     let mut dirs = BTreeSet::new();
-    for (name, bytes) in config.files() {
+    // Files that others name (certificates, maps) first, then the crt-list, then haproxy.cfg:
+    // whoever reloads HAProxy in between never finds a reference to a file not yet written.
+    let rank = |name: &str| match name {
+        crate::render::CONFIG_FILE => 2,
+        crate::render::CRT_LIST => 1,
+        _ => 0,
+    };
+    let mut ordered: Vec<(&String, &Vec<u8>)> = config.files().iter().collect();
+    ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
+    for (name, bytes) in ordered {
         let path = dir.join(name);
         if std::fs::read(&path).is_ok_and(|old| old == *bytes) {
             continue;

@@ -109,6 +109,11 @@ impl Applier {
         }
     }
 
+    /// Whether a reload is still owed (it failed, or the configuration was rejected).
+    pub fn owes_reload(&self) -> bool {
+        self.owed_reload.is_some()
+    }
+
     /// What HAProxy runs now.
     pub fn running(&self) -> Option<&Applied> {
         self.running.as_ref()
@@ -183,7 +188,12 @@ impl Applier {
     /// Checks, writes and reloads (or starts) HAProxy, then verifies it took.
     async fn reload(&mut self, new: Applied, reasons: Vec<String>) -> Result<Outcome, ApplyError> {
         let reason_text = reasons.join("; ");
-        match check::check_config(&self.haproxy_bin, &new.rendered) {
+        // `haproxy -c` takes seconds on large configurations: keep it off the async threads.
+        let (bin, rendered) = (self.haproxy_bin.clone(), new.rendered.clone());
+        let checked = tokio::task::spawn_blocking(move || check::check_config(&bin, &rendered))
+            .await
+            .unwrap_or_else(|e| Err(CheckError::TempDir(std::io::Error::other(e.to_string()))));
+        match checked {
             Ok(()) => {}
             Err(CheckError::Rejected { messages }) => {
                 self.metrics.config_check_failures.inc(&[]);
