@@ -27,6 +27,8 @@ pub enum Subject {
     Object(ObjectRef),
     /// A document in a manifest file (1-based document index).
     Document { file: String, index: usize },
+    /// A whole manifest file.
+    File { file: String },
     /// A policy script or template.
     Source { file: String },
 }
@@ -36,6 +38,7 @@ impl fmt::Display for Subject {
         match self {
             Subject::Object(o) => write!(f, "{o}"),
             Subject::Document { file, index } => write!(f, "{file} (document {index})"),
+            Subject::File { file } => write!(f, "{file}"),
             Subject::Source { file } => write!(f, "{file}"),
         }
     }

@@ -47,7 +47,7 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
             Err(e) => {
                 loaded.diagnostics.push(Diagnostic {
                     severity: Severity::Error,
-                    subject: Subject::Source { file: display },
+                    subject: Subject::File { file: display },
                     field: None,
                     message: format!("cannot read: {e}"),
                 });
