@@ -64,6 +64,8 @@ pub enum RunError {
     HaproxyStart(String),
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error("starting the demo's echo backends: {0}")]
+    DemoBackends(std::io::Error),
 }
 
 /// What the admin endpoint shows.

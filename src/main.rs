@@ -174,10 +174,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
     let loaded = files::load_dir(&args.manifests)?;
     let backends = portcullis::demo::spawn_demo_backends(&loaded.objects)
         .await
-        .map_err(|source| RunError::Directory {
-            path: args.manifests.clone(),
-            source,
-        })?;
+        .map_err(RunError::DemoBackends)?;
     let work = std::env::temp_dir().join(format!("portcullis-demo-{}", std::process::id()));
     let config = RunConfig {
         manifests: args.manifests.clone(),
