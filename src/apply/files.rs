@@ -1,5 +1,7 @@
 //! Writing the configuration directory: atomically, only what changed, and removing files
-//! only when told that no loaded or on-disk configuration references them.
+//! only when told that no loaded or on-disk configuration references them, and only files
+//! Portcullis wrote: they are listed in `.portcullis-files`; anything else an operator put
+//! there is left alone and reported.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -17,11 +19,42 @@ pub enum FilesError {
     },
 }
 
+/// The list of files Portcullis wrote in a configuration directory.
+const OWNED_LIST: &str = ".portcullis-files";
+
+fn owned(dir: &Path) -> BTreeSet<String> {
+    std::fs::read_to_string(dir.join(OWNED_LIST))
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+fn save_owned(dir: &Path, names: &BTreeSet<String>) -> std::io::Result<()> {
+    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+    let tmp = dir.join(format!("{OWNED_LIST}.tmp"));
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(tmp, dir.join(OWNED_LIST))
+}
+
 /// Writes every file of `config` under `dir` whose content differs from what is there:
 /// temporary file, fsync, rename, then fsync of the directory. Returns the files written.
 pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<String>, FilesError> {
     let mut written = Vec::new();
     let mut dirs = BTreeSet::new();
+    // Record ownership before writing, so a crash in between never leaves an unlisted file.
+    let mut owned_now = owned(dir);
+    if config.files().keys().any(|n| !owned_now.contains(n)) {
+        owned_now.extend(config.files().keys().cloned());
+        std::fs::create_dir_all(dir)
+            .and_then(|()| save_owned(dir, &owned_now))
+            .map_err(|source| FilesError::Write {
+                path: dir.join(OWNED_LIST),
+                source,
+            })?;
+    }
     // Files that others name (certificates, maps) first, then the crt-list, then haproxy.cfg:
     // whoever reloads HAProxy in between never finds a reference to a file not yet written.
     let rank = |name: &str| match name {
@@ -63,22 +96,68 @@ pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<Strin
     Ok(written)
 }
 
-/// Removes files under the managed subdirectories of `dir` (`certs/`, `maps/`) that `keep`
-/// does not list. Call only after a successful reload of a configuration equal to `keep`:
-/// then neither the running HAProxy nor the configuration on disk references them.
-pub fn remove_unreferenced(dir: &Path, keep: &RenderedConfig) -> Vec<String> {
-    let mut removed = Vec::new();
+/// Removes the files Portcullis wrote under `dir` that `keep` does not list. Call only after
+/// a successful reload of a configuration equal to `keep`: then neither the running HAProxy
+/// nor the configuration on disk references them. Files Portcullis did not write are never
+/// removed; they are returned as `foreign` so they can be reported.
+pub fn remove_unreferenced(dir: &Path, keep: &RenderedConfig) -> Removal {
+    let mut removal = Removal::default();
+    let mut owned_now = owned(dir);
+    for name in owned_now.clone() {
+        if keep.files().contains_key(&name) {
+            continue;
+        }
+        match std::fs::remove_file(dir.join(&name)) {
+            Ok(()) => removal.removed.push(name.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => continue,
+        }
+        owned_now.remove(&name);
+    }
+    let _ = save_owned(dir, &owned_now);
     for sub in ["certs", "maps"] {
         let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
-            if !keep.files().contains_key(&name) && std::fs::remove_file(entry.path()).is_ok() {
-                removed.push(name);
+            if !owned_now.contains(&name) && !name.contains("portcullis-tmp") {
+                removal.foreign.push(name);
             }
         }
     }
-    removed.sort();
-    removed
+    removal.foreign.sort();
+    removal
+}
+
+/// What [`remove_unreferenced`] did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Removal {
+    pub removed: Vec<String>,
+    /// Files in `certs/` or `maps/` that Portcullis did not write: left alone.
+    pub foreign: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_portcullis_wrote_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = RenderedConfig::from_files([
+            ("haproxy.cfg", "a"),
+            ("certs/ns_old.pem", "old"),
+            ("maps/exact.map", ""),
+        ]);
+        write_atomically(dir.path(), &first).unwrap();
+        std::fs::write(dir.path().join("certs/operator.pem"), "theirs").unwrap();
+        let second = RenderedConfig::from_files([("haproxy.cfg", "b"), ("maps/exact.map", "")]);
+        write_atomically(dir.path(), &second).unwrap();
+        let removal = remove_unreferenced(dir.path(), &second);
+        assert_eq!(removal.removed, ["certs/ns_old.pem"]);
+        assert_eq!(removal.foreign, ["certs/operator.pem"]);
+        assert!(dir.path().join("certs/operator.pem").exists());
+        assert!(dir.path().join("maps/exact.map").exists());
+    }
 }

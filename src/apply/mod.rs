@@ -244,9 +244,12 @@ impl Applier {
             .inc(&[reasons.first().map_or("configuration", |r| reason_label(r))]);
         self.owed_reload = None;
         self.loaded = Some(new.rendered.clone());
-        let removed = files::remove_unreferenced(&self.config_dir, &new.rendered);
-        if !removed.is_empty() {
-            tracing::info!(files = ?removed, "removed files no configuration references");
+        let removal = files::remove_unreferenced(&self.config_dir, &new.rendered);
+        if !removal.removed.is_empty() {
+            tracing::info!(files = ?removal.removed, "removed files no configuration references");
+        }
+        if !removal.foreign.is_empty() {
+            tracing::warn!(files = ?removal.foreign, "files Portcullis did not write are in its configuration directory; left alone");
         }
         self.running = Some(new);
         Ok(Outcome::Reloaded { reasons })

@@ -88,6 +88,16 @@ impl RenderedConfig {
         &self.files
     }
 
+    /// A configuration from (path, content) pairs, for tests and tools.
+    pub fn from_files<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        Self {
+            files: files
+                .into_iter()
+                .map(|(n, c)| (n.to_string(), c.as_bytes().to_vec()))
+                .collect(),
+        }
+    }
+
     /// Writes every file under `dir`, creating subdirectories.
     pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
         for (name, bytes) in &self.files {
