@@ -29,6 +29,29 @@ pub struct Model {
     pub tls: Tls,
     /// The `peers localinstance` section; `None` when this controller's identity is unknown.
     pub peers: Option<Peers>,
+    /// TCP frontends from TCP custom resources, oldest object first.
+    pub tcp: Vec<TcpService>,
+    /// Their TCP-mode backends (`tcp_<namespace>_<service>_<port>`), sorted by name.
+    pub tcp_backends: Vec<Backend>,
+}
+
+/// A TCP-mode frontend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpService {
+    /// `tcp_<frontend name>`.
+    pub frontend: String,
+    pub binds: Vec<TcpBind>,
+    pub backend: String,
+    pub tcplog: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpBind {
+    pub address: String,
+    pub port: u16,
+    /// A PEM file named directly on the bind (`ssl crt <file>`).
+    pub certificate: Option<String>,
+    pub alpn: Vec<String>,
 }
 
 /// HAProxy peers: replicas sharing stick tables.

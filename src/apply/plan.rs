@@ -85,11 +85,16 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
 pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     let mut plan = Plan::default();
     let mut model = old.model.clone();
-    for ob in &mut model.backends {
+    for ob in model
+        .backends
+        .iter_mut()
+        .chain(model.tcp_backends.iter_mut())
+    {
         let Some(nb) = new
             .model
             .backends
             .iter()
+            .chain(&new.model.tcp_backends)
             .find(|b| b.name == ob.name && b.servers.len() == ob.servers.len())
         else {
             continue;
@@ -161,7 +166,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
 /// The model with everything the runtime API can change replaced by fixed placeholders.
 fn blank_runtime_parts(model: &Model) -> Model {
     let mut m = model.clone();
-    for b in &mut m.backends {
+    for b in m.backends.iter_mut().chain(m.tcp_backends.iter_mut()) {
         for s in &mut b.servers {
             s.address = None;
             s.port = 1;
@@ -185,6 +190,7 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
     let names = |m: &Model| -> BTreeMap<String, usize> {
         m.backends
             .iter()
+            .chain(&m.tcp_backends)
             .map(|b| (b.name.clone(), b.servers.len()))
             .collect()
     };
@@ -223,7 +229,9 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
 }
 
 fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
-    for (ob, nb) in old.model.backends.iter().zip(&new.model.backends) {
+    let old_backends = old.model.backends.iter().chain(&old.model.tcp_backends);
+    let new_backends = new.model.backends.iter().chain(&new.model.tcp_backends);
+    for (ob, nb) in old_backends.zip(new_backends) {
         for (os, ns) in ob.servers.iter().zip(&nb.servers) {
             if os == ns {
                 continue;

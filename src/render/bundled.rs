@@ -38,6 +38,7 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         "parts/routing.j2",
         include_str!("../../templates/parts/routing.j2"),
     ),
+    ("parts/tcp.j2", include_str!("../../templates/parts/tcp.j2")),
     (
         "parts/use-backend.j2",
         include_str!("../../templates/parts/use-backend.j2"),

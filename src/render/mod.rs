@@ -239,9 +239,10 @@ impl Renderer {
                 list.push('\n');
             }
             files.insert(CRT_LIST.to_string(), list.into_bytes());
-            for pem in &model.tls.pem_files {
-                files.insert(pem.path.clone(), pem.content.clone().into_bytes());
-            }
+        }
+        // Certificates named by the crt-list or directly by TCP binds.
+        for pem in &model.tls.pem_files {
+            files.insert(pem.path.clone(), pem.content.clone().into_bytes());
         }
         Ok(RenderedConfig { files })
     }

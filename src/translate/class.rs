@@ -54,6 +54,23 @@ impl ClassFilter {
         }
     }
 
+    /// For objects without `spec.ingressClassName` (the TCP resource): the `ingress.class`
+    /// or legacy class annotation, then the default rule.
+    pub fn accepts_meta(
+        &self,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> bool {
+        let annotations = meta.annotations.as_ref();
+        let class = annotations.and_then(|a| {
+            a.get("ingress.class")
+                .or_else(|| a.get(LEGACY_CLASS_ANNOTATION))
+        });
+        match class {
+            Some(name) => self.names.iter().any(|n| n == name),
+            None => self.take_unclassed,
+        }
+    }
+
     /// `spec.ingressClassName` first, then the legacy annotation, then the default rule.
     pub fn accepts(&self, ingress: &Ingress) -> bool {
         let class = ingress

@@ -9,6 +9,7 @@ pub mod class;
 pub mod peers;
 pub mod routes;
 pub mod slots;
+pub mod tcp;
 pub mod tls;
 
 use std::collections::BTreeMap;
@@ -103,6 +104,8 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
         tls_entries: Vec::new(),
         default_certificate: None,
         pem_files: BTreeMap::new(),
+        tcp_services: Vec::new(),
+        tcp_backends: BTreeMap::new(),
         default_backend: None,
     };
     t.load_config_map();
@@ -139,6 +142,19 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
     for (rank, (key, ingress)) in ingresses.into_iter().enumerate() {
         t.ingress(rank, key, ingress);
     }
+    let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
+        .tcps()
+        .filter(|(_, t)| filter.accepts_meta(&t.metadata))
+        .collect();
+    tcps.sort_by(|a, b| {
+        let age = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.creation_timestamp.clone().map(|t| t.0)
+        };
+        age(&a.1.metadata)
+            .cmp(&age(&b.1.metadata))
+            .then_with(|| a.0.cmp(b.0))
+    });
+    t.tcp_objects(&tcps);
     if let Some(key) = &config.default_ssl_certificate {
         t.default_certificate(key);
     }
@@ -159,6 +175,8 @@ struct Translator<'a> {
     pem_files: BTreeMap<String, String>,
     /// The default backend and what chose it, for messages.
     default_backend: Option<(String, String)>,
+    tcp_services: Vec<crate::model::TcpService>,
+    tcp_backends: BTreeMap<String, BackendBuild>,
 }
 
 impl Translator<'_> {
@@ -238,6 +256,20 @@ impl Translator<'_> {
         if entry.ingress.is_none() {
             entry.ingress = ingress;
         }
+        name
+    }
+
+    /// Registers (once) the TCP-mode backend for a Service port.
+    fn register_tcp_backend(&mut self, service: &Key, port: ResolvedPort) -> String {
+        let name = format!("tcp_{}_{}_{}", service.namespace, service.name, port.number);
+        self.tcp_backends
+            .entry(name.clone())
+            .or_insert_with(|| BackendBuild {
+                service: service.clone(),
+                port,
+                ingress: None,
+                policies: BTreeMap::new(),
+            });
         name
     }
 
@@ -525,6 +557,10 @@ impl Translator<'_> {
         for (name, build) in std::mem::take(&mut self.backends) {
             backends.push(self.backend(name, build));
         }
+        let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
+        for (name, build) in std::mem::take(&mut self.tcp_backends) {
+            tcp_backends.push(self.backend(name, build));
+        }
 
         // The default certificate (if any) comes first. The rest are in Ingress age order
         // (oldest first, then spec.tls order), without repeats: deterministic, and a new
@@ -562,6 +598,8 @@ impl Translator<'_> {
                 crt_list,
             },
             peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
+            tcp: std::mem::take(&mut self.tcp_services),
+            tcp_backends,
         };
         Translation {
             model,
