@@ -244,6 +244,7 @@ impl Applier {
             .inc(&[reasons.first().map_or("configuration", |r| reason_label(r))]);
         self.owed_reload = None;
         self.loaded = Some(new.rendered.clone());
+        self.repair_servers(&new).await;
         let removal = files::remove_unreferenced(&self.config_dir, &new.rendered);
         if !removal.removed.is_empty() {
             tracing::info!(files = ?removal.removed, "removed files no configuration references");
@@ -292,6 +293,43 @@ impl Applier {
             rendered: new.rendered.clone(),
             structure: running.structure.clone(),
         });
+    }
+
+    /// After a reload, checks every server against the model and repairs what differs, so
+    /// that no replica silently keeps an old address or a slot in maintenance.
+    async fn repair_servers(&mut self, wanted: &Applied) {
+        let answer = match self
+            .runtime
+            .execute(&crate::haproxy::command::Command::ShowServersState)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the servers' state after the reload");
+                return;
+            }
+        };
+        let state = plan::parse_servers_state(&answer);
+        let repairs = plan::server_repairs(&wanted.model, &state);
+        if repairs.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            commands = repairs.len(),
+            "servers differed from the wanted state after the reload; repairing"
+        );
+        for command in &repairs {
+            let outcome = match self.runtime.execute(command).await {
+                Ok(_) => "ok",
+                Err(e) => {
+                    tracing::warn!(error = %e, "repair failed");
+                    "error"
+                }
+            };
+            self.metrics
+                .runtime_commands
+                .inc(&[command.name(), outcome]);
+        }
     }
 
     /// Stops a managed HAProxy.

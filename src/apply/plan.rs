@@ -163,6 +163,71 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     (plan.commands, model)
 }
 
+/// A server as `show servers state` reports it: address, port, and whether it is in forced
+/// maintenance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportedServer {
+    pub address: String,
+    pub port: u16,
+    pub maintenance: bool,
+}
+
+/// Parses `show servers state` (format version 1): (backend, server) → state.
+pub fn parse_servers_state(text: &str) -> BTreeMap<(String, String), ReportedServer> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 19 {
+            continue;
+        }
+        let (Ok(admin), Ok(port)) = (f[6].parse::<u32>(), f[18].parse::<u16>()) else {
+            continue;
+        };
+        out.insert(
+            (f[1].to_string(), f[3].to_string()),
+            ReportedServer {
+                address: f[4].to_string(),
+                port,
+                // SRV_ADMF_FMAINT; the "configured" bit (0x04) stays set after `ready`.
+                maintenance: admin & 0x01 != 0,
+            },
+        );
+    }
+    out
+}
+
+/// Commands that bring every server to the model's state where HAProxy reports otherwise:
+/// after a reload, nothing may silently keep an old address or stay in maintenance.
+pub fn server_repairs(
+    model: &Model,
+    state: &BTreeMap<(String, String), ReportedServer>,
+) -> Vec<Command> {
+    let mut plan = Plan::default();
+    for backend in model.backends.iter().chain(&model.tcp_backends) {
+        for slot in &backend.servers {
+            let Some(actual) = state.get(&(backend.name.clone(), slot.name.clone())) else {
+                continue;
+            };
+            let right = match &slot.address {
+                Some(address) => match address.parse::<IpAddr>() {
+                    Ok(ip) => {
+                        !actual.maintenance
+                            && actual.port == slot.port
+                            && actual.address.parse::<IpAddr>().ok() == Some(ip)
+                    }
+                    // DNS names are resolved by HAProxy; nothing to compare.
+                    Err(_) => true,
+                },
+                None => actual.maintenance,
+            };
+            if !right {
+                server_commands(&backend.name, slot, &mut plan);
+            }
+        }
+    }
+    plan.commands
+}
+
 /// The model with everything the runtime API can change replaced by fixed placeholders.
 fn blank_runtime_parts(model: &Model) -> Model {
     let mut m = model.clone();
@@ -575,6 +640,59 @@ mod tests {
                 .exact
                 .iter()
                 .all(|e| !e.value.starts_with("ns_api_80"))
+        );
+    }
+
+    #[test]
+    fn reported_servers_are_repaired_to_the_model() {
+        let a = cluster(
+            &["/"],
+            &["10.0.0.1"],
+            &json!({"haproxy.org/scale-server-slots": "3"}),
+            false,
+        );
+        let slot = a.model.backends[0]
+            .servers
+            .iter()
+            .find(|s| s.address.is_some())
+            .unwrap()
+            .name
+            .clone();
+        let empty: Vec<String> = a.model.backends[0]
+            .servers
+            .iter()
+            .filter(|s| s.address.is_none())
+            .map(|s| s.name.clone())
+            .collect();
+        // HAProxy 2.6's format: the endpoint's slot is stuck in maintenance on 127.0.0.1:1,
+        // one empty slot is wrongly up.
+        let mut text = String::from(
+            "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port\n",
+        );
+        text.push_str(&format!(
+            "3 ns_web_80 1 {slot} 127.0.0.1 0 5 1 1 6 8 2 0 6 0 0 0 - 1 - 0 0 - - 0\n"
+        ));
+        text.push_str(&format!(
+            "3 ns_web_80 2 {} 10.9.9.9 2 0 1 1 6 8 2 0 6 0 0 0 - 80 - 0 0 - - 0\n",
+            empty[0]
+        ));
+        text.push_str(&format!(
+            "3 ns_web_80 3 {} 127.0.0.1 0 5 1 1 6 8 2 0 6 0 0 0 - 1 - 0 0 - - 0\n",
+            empty[1]
+        ));
+        let state = parse_servers_state(&text);
+        assert_eq!(state.len(), 3);
+        let lines: Vec<String> = server_repairs(&a.model, &state)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                format!("set server ns_web_80/{slot} addr 10.0.0.1 port 8080"),
+                format!("set server ns_web_80/{slot} state ready"),
+                format!("set server ns_web_80/{} state maint", empty[0]),
+            ]
         );
     }
 }

@@ -34,6 +34,8 @@ pub enum Command {
     /// Master CLI: reload (2.6 answers nothing; 2.7+ answers `Success=`).
     Reload,
     ShowInfo,
+    /// Every server's address, port and states.
+    ShowServersState,
     SetServerAddr {
         backend: String,
         server: String,
@@ -103,6 +105,7 @@ impl Command {
             Command::ShowProc => "show proc",
             Command::Reload => "reload",
             Command::ShowInfo => "show info",
+            Command::ShowServersState => "show servers state",
             Command::SetServerAddr { .. } => "set server addr",
             Command::SetServerState { .. } => "set server state",
             Command::AddMap { .. } => "add map",
@@ -123,7 +126,9 @@ impl Command {
         let name = self.name();
         let w = |arg: &str| word(name, arg);
         let line = match self {
-            Command::ShowProc | Command::Reload | Command::ShowInfo => format!("{name}\n"),
+            Command::ShowProc | Command::Reload | Command::ShowInfo | Command::ShowServersState => {
+                format!("{name}\n")
+            }
             Command::SetServerAddr {
                 backend,
                 server,
@@ -183,6 +188,7 @@ impl Command {
         let a = answer.trim();
         match self {
             Command::ShowProc | Command::ShowInfo | Command::Reload => false,
+            Command::ShowServersState => !a.starts_with('1'),
             Command::SetServerAddr { .. } => {
                 !(a.is_empty() || a.contains("changed") || a.contains("no need to change"))
             }
