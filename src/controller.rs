@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{LoadError, Output, Pipeline};
 use crate::source::{files, watch};
 use crate::store::Store;
+use crate::translate::RunInputs;
 
 /// How a `run` is set up; built from flags.
 #[derive(Debug, Clone)]
@@ -244,7 +245,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(&config, &pipeline).await {
+                match compute(&config, &pipeline, run_inputs(&applier)).await {
                     Ok(output) => {
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
                             break Err(e);
@@ -258,7 +259,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
                     Ok(candidate) => {
                         let candidate = Arc::new(candidate);
-                        match compute(&config, &candidate).await {
+                        match compute(&config, &candidate, run_inputs(&applier)).await {
                             Ok(output) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
@@ -313,14 +314,44 @@ async fn settle(
 }
 
 /// Reads the source and runs the pipeline, off the async threads.
-async fn compute(config: &RunConfig, pipeline: &Arc<Pipeline>) -> Result<Output, String> {
+/// The time, and the certificates HAProxy runs with (kept when a Secret update is invalid).
+fn run_inputs(applier: &Applier) -> RunInputs {
+    let previous_certificates = applier
+        .running()
+        .map(|r| {
+            r.model
+                .tls
+                .pem_files
+                .iter()
+                .filter_map(|p| Some((crate::translate::tls::secret_of_path(&p.path)?, p.clone())))
+                .collect()
+        })
+        .unwrap_or_default();
+    RunInputs {
+        now_unix: unix_now(),
+        previous_certificates,
+    }
+}
+
+fn unix_now() -> Option<i64> {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_secs()).ok())
+}
+
+async fn compute(
+    config: &RunConfig,
+    pipeline: &Arc<Pipeline>,
+    inputs: RunInputs,
+) -> Result<Output, String> {
     let dir = config.manifests.clone();
     let p = pipeline.clone();
     tokio::task::spawn_blocking(move || {
         let loaded = files::load_dir(&dir).map_err(|e| e.to_string())?;
         let mut diagnostics = loaded.diagnostics.into_sorted();
         let store = Store::from_objects(loaded.objects);
-        let mut output = p.run(&store).map_err(|e| e.to_string())?;
+        let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
         diagnostics.append(&mut output.diagnostics);
         output.diagnostics = diagnostics;
         Ok(output)
@@ -442,15 +473,8 @@ fn without_refused_certificates(
     for (path, message) in &refused {
         model.tls.pem_files.retain(|p| &p.path != path);
         model.tls.crt_list.retain(|e| &e.path != path);
-        // certs/<namespace>_<name>.pem: neither part can hold '_'.
-        let secret = path
-            .strip_prefix("certs/")
-            .and_then(|f| f.strip_suffix(".pem"))
-            .and_then(|f| f.split_once('_'))
-            .map_or_else(
-                || crate::objects::Key::new("", path.clone()),
-                |(ns, name)| crate::objects::Key::new(ns, name),
-            );
+        let secret = crate::translate::tls::secret_of_path(path)
+            .unwrap_or_else(|| crate::objects::Key::new("", path.clone()));
         diagnostics.push(crate::diagnostics::Diagnostic {
             severity: Severity::Error,
             subject: Subject::Object(crate::objects::ObjectRef::new(

@@ -248,7 +248,15 @@ fn run_pipeline(args: &PipelineArgs) -> Result<Output, ExitCode> {
     })?;
     let mut diagnostics = loaded.diagnostics.into_sorted();
     let store = Store::from_objects(loaded.objects);
-    let mut output = pipeline.run(&store).map_err(|e| {
+    // The time only adds certificate expiry warnings; the files do not depend on it.
+    let inputs = portcullis::translate::RunInputs {
+        now_unix: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i64::try_from(d.as_secs()).ok()),
+        ..Default::default()
+    };
+    let mut output = pipeline.run_with(&store, &inputs).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(exit::INPUT)
     })?;

@@ -7,7 +7,7 @@ use crate::model::Model;
 use crate::policy::{PolicyEngine, PolicyError};
 use crate::render::{RenderError, RenderedConfig, Renderer};
 use crate::store::Store;
-use crate::translate::{self, TranslateConfig};
+use crate::translate::{self, RunInputs, TranslateConfig};
 
 /// Compiled scripts and templates plus the translation settings.
 #[derive(Debug)]
@@ -61,7 +61,12 @@ impl Pipeline {
 
     /// Translates and renders a snapshot.
     pub fn run(&self, store: &Store) -> Result<Output, RenderError> {
-        let translation = translate::translate(store, &self.config, &self.policy);
+        self.run_with(store, &RunInputs::default())
+    }
+
+    /// Translates and renders a snapshot, with the time and the certificates in force.
+    pub fn run_with(&self, store: &Store, inputs: &RunInputs) -> Result<Output, RenderError> {
+        let translation = translate::translate(store, &self.config, &self.policy, inputs);
         let rendered = self.renderer.render(&translation.model)?;
         Ok(Output {
             model: translation.model,

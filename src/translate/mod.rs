@@ -74,6 +74,15 @@ impl Default for TranslateConfig {
     }
 }
 
+/// What a pipeline run knows besides the store: the time (for expiry warnings only; it never
+/// changes the output) and the certificates in force, so that an invalid Secret update keeps
+/// the previous good certificate instead of dropping it.
+#[derive(Debug, Clone, Default)]
+pub struct RunInputs {
+    pub now_unix: Option<i64>,
+    pub previous_certificates: BTreeMap<Key, crate::model::PemFile>,
+}
+
 /// The model and everything that was wrong with the input.
 #[derive(Debug)]
 pub struct Translation {
@@ -91,10 +100,16 @@ struct BackendBuild {
 }
 
 /// Translates a snapshot into the model.
-pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine) -> Translation {
+pub fn translate(
+    store: &Store,
+    config: &TranslateConfig,
+    policy: &PolicyEngine,
+    inputs: &RunInputs,
+) -> Translation {
     let mut t = Translator {
         store,
         config,
+        inputs,
         policy,
         diags: Diagnostics::new(),
         config_map: None,
@@ -164,6 +179,7 @@ pub fn translate(store: &Store, config: &TranslateConfig, policy: &PolicyEngine)
 struct Translator<'a> {
     store: &'a Store,
     config: &'a TranslateConfig,
+    inputs: &'a RunInputs,
     policy: &'a PolicyEngine,
     diags: Diagnostics,
     config_map: Option<ValueSource>,
@@ -518,7 +534,42 @@ impl Translator<'_> {
             .store
             .secret(key)
             .ok_or_else(|| "does not exist".to_string())?;
-        let pem = tls::pem_file(key, secret)?;
+        let pem = match tls::pem_file(key, secret) {
+            Ok(pem) => pem,
+            // An invalid update of a Secret whose certificate is in force: keep that one.
+            Err(e) => match self.inputs.previous_certificates.get(key) {
+                Some(previous) => {
+                    self.diags.object(
+                        Severity::Error,
+                        &ObjectRef::new(Kind::Secret, key),
+                        "data",
+                        format!("{e}; the previous certificate stays in force"),
+                    );
+                    previous.clone()
+                }
+                None => return Err(e),
+            },
+        };
+        if let Some(end) = tls::not_after(&pem.content) {
+            if let Some(now) = self.inputs.now_unix {
+                let object = ObjectRef::new(Kind::Secret, key);
+                if end <= now {
+                    self.diags.object(
+                        Severity::Warning,
+                        &object,
+                        "data.tls.crt",
+                        "the certificate has expired; it is served anyway",
+                    );
+                } else if end - now < 14 * 86_400 {
+                    self.diags.object(
+                        Severity::Warning,
+                        &object,
+                        "data.tls.crt",
+                        format!("the certificate expires in {} days", (end - now) / 86_400),
+                    );
+                }
+            }
+        }
         self.pem_files.insert(pem.path.clone(), pem.content);
         Ok(pem.path)
     }

@@ -9,6 +9,56 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::model::PemFile;
 use crate::objects::Key;
 
+/// The Secret a certificate file was made from: `certs/<namespace>_<name>.pem` (neither part
+/// can hold `_`).
+pub fn secret_of_path(path: &str) -> Option<Key> {
+    let (ns, name) = path
+        .strip_prefix("certs/")?
+        .strip_suffix(".pem")?
+        .split_once('_')?;
+    Some(Key::new(ns, name))
+}
+
+/// When the (first) certificate of a PEM file stops being valid, in Unix seconds.
+pub fn not_after(pem: &str) -> Option<i64> {
+    let blocks = pem_blocks(pem, "certificate").ok()?;
+    let der = &blocks.iter().find(|(l, _)| l == "CERTIFICATE")?.1;
+    let certificate = sequence(der)?;
+    let fields = elements(certificate.first()?.1)?;
+    let skip = usize::from(fields.first()?.0 == 0xa0);
+    let (tag, validity) = *fields.get(skip + 3)?;
+    if tag != 0x30 {
+        return None;
+    }
+    let times = elements(validity)?;
+    let (tag, text) = *times.get(1)?;
+    parse_time(tag, std::str::from_utf8(text).ok()?)
+}
+
+/// UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) to Unix seconds.
+fn parse_time(tag: u8, text: &str) -> Option<i64> {
+    let digits = text.strip_suffix('Z')?;
+    let (year, rest) = match (tag, digits.len()) {
+        (0x17, 12) => {
+            let yy: i64 = digits[..2].parse().ok()?;
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &digits[2..])
+        }
+        (0x18, 14) => (digits[..4].parse().ok()?, &digits[4..]),
+        _ => return None,
+    };
+    let n = |i: usize| rest.get(i..i + 2)?.parse::<i64>().ok();
+    let (month, day, hour, minute, second) = (n(0)?, n(2)?, n(4)?, n(6)?, n(8)?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+}
+
 /// Builds the PEM file for a `kubernetes.io/tls`-shaped Secret (`tls.crt` + `tls.key`).
 pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     let crt = secret_field(secret, "tls.crt")?;
@@ -385,6 +435,19 @@ mod tests {
             pem_file(&key, &secret(not_der, fixture!("rsa.key")))
                 .unwrap_err()
                 .contains("X.509")
+        );
+    }
+
+    #[test]
+    fn expiry_is_read_from_the_certificate() {
+        // rsa.crt: notAfter=Nov  5 22:02:11 2126 GMT (`openssl x509 -noout -enddate`),
+        // which `date -d ... +%s` gives as 4949589731.
+        assert_eq!(not_after(fixture!("rsa.crt")), Some(4_949_589_731));
+        assert_eq!(parse_time(0x17, "700101000000Z"), Some(0));
+        assert_eq!(parse_time(0x18, "20000301000000Z"), Some(951_868_800));
+        assert_eq!(
+            secret_of_path("certs/ns_web-tls.pem"),
+            Some(Key::new("ns", "web-tls"))
         );
     }
 }
