@@ -13,20 +13,9 @@ const NS: &str = "shop";
 #[test]
 fn an_invalid_secret_update_keeps_the_previous_certificate() {
     let mut h = Harness::new();
-    let web = h.backend(NS, "web");
     let (crt, key) = self_signed(&h.work(), "secure.example.com", "good");
-    h.write("web.yaml", &web);
+    write_tls_site(&mut h, NS, "secure.example.com", "secure-tls");
     h.write("secret.yaml", &tls_secret(NS, "secure-tls", &crt, &key));
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
-            None,
-            &[("secure-tls", &["secure.example.com"])],
-        ),
-    );
     h.start(&[]);
     let good = fingerprint(&h.work(), &crt);
     let served = |h: &Harness| {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use support::{
     APPLY_TIMEOUT, Harness, copy_dir, endpoint_slices, endpoint_slices_with, fingerprint,
     holds_for, https_get, ingress, poll, process_exists, route, self_signed, served_certificate,
-    service, tls_secret, wait_until, with_metadata, write_atomically,
+    service, tls_secret, wait_until, with_metadata, write_atomically, write_tls_site,
 };
 
 const NS: &str = "shop";
@@ -451,18 +451,7 @@ fn certificate_rotation_without_reload() {
     let b = self_signed(&h.work(), "secure.example.com", "second");
     let (fp_a, fp_b) = (fingerprint(&h.work(), &a.0), fingerprint(&h.work(), &b.0));
     assert_ne!(fp_a, fp_b);
-    let web = h.backend(NS, "web");
-    h.write("web.yaml", &web);
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
-            None,
-            &[("secure-tls", &["secure.example.com"])],
-        ),
-    );
+    write_tls_site(&mut h, NS, "secure.example.com", "secure-tls");
     secure_manifests(&h, &a);
     h.start(&[]);
     assert_eq!(
@@ -518,21 +507,10 @@ fn certificate_rotation_beside_a_default_certificate() {
     let b = self_signed(&h.work(), "secure.example.com", "second");
     let fp = |c: &(String, String)| fingerprint(&h.work(), &c.0);
     let (fp_default, fp_a, fp_b) = (fp(&default), fp(&a), fp(&b));
-    let web = h.backend(NS, "web");
-    h.write("web.yaml", &web);
+    write_tls_site(&mut h, NS, "secure.example.com", "secure-tls");
     h.write(
         "default-secret.yaml",
         &tls_secret(NS, "default-tls", &default.0, &default.1),
-    );
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
-            None,
-            &[("secure-tls", &["secure.example.com"])],
-        ),
     );
     secure_manifests(&h, &a);
     h.start(&["--default-ssl-certificate", "shop/default-tls"]);
@@ -563,18 +541,7 @@ fn certificates_come_and_go_without_reload() {
     let other = self_signed(&h.work(), "other.example.com", "other");
     let fp_secure = fingerprint(&h.work(), &secure.0);
     let fp_other = fingerprint(&h.work(), &other.0);
-    let web = h.backend(NS, "web");
-    h.write("web.yaml", &web);
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[route(Some("secure.example.com"), "/", "Prefix", "web")],
-            None,
-            &[("secure-tls", &["secure.example.com"])],
-        ),
-    );
+    write_tls_site(&mut h, NS, "secure.example.com", "secure-tls");
     secure_manifests(&h, &secure);
     h.start(&[]);
     // The only certificate is also the default one.

@@ -997,3 +997,20 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Service `web` (one echo pod named `web`) and Ingress `secure` routing `host` to it, with
+/// TLS from the Secret `secret`; all in namespace `ns`.
+pub fn write_tls_site(h: &mut Harness, ns: &str, host: &str, secret: &str) {
+    let web = h.backend(ns, "web");
+    h.write("web.yaml", &web);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            ns,
+            "secure",
+            &[route(Some(host), "/", "Prefix", "web")],
+            None,
+            &[(secret, &[host])],
+        ),
+    );
+}
