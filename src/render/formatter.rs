@@ -59,7 +59,7 @@ fn refuse_bypass(_value: Value) -> Result<Value, Error> {
 }
 
 /// Installs the guard and its filters.
-pub(crate) fn register(env: &mut minijinja::Environment<'static>) {
+pub fn register(env: &mut minijinja::Environment<'static>) {
     env.set_formatter(guard);
     env.add_filter("q", quote);
     env.add_filter("safe", refuse_bypass);

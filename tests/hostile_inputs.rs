@@ -1,0 +1,157 @@
+//! Property test over every typed parser, the template output guard and the runtime API
+//! argument check, with strings built from the break-out material of real annotation-injection
+//! attacks (ingress-nginx 2025: newline-injected directives, `#` comments, quote breaking,
+//! `%[env()]`, `$ENV`, `lua-load`, path traversal). Whatever a parser accepts must be inert
+//! where it is placed; whatever it is given, nothing panics.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use portcullis::haproxy::command::Command;
+use portcullis::values;
+use proptest::prelude::*;
+
+/// Fragments attackers combine.
+const FRAGMENTS: &[&str] = &[
+    "\n",
+    "\r\n",
+    "#",
+    "'",
+    "\"",
+    "\\",
+    "%[env(SECRET)]",
+    "%[",
+    "${HOME}",
+    "$HOME",
+    " lua-load /tmp/x.lua",
+    "lua-load",
+    "program",
+    "../../etc/passwd",
+    "/etc/shadow",
+    ";",
+    "\u{0}",
+    "\t",
+    " ",
+    "}",
+    "{",
+    "10s",
+    "1m",
+    "/api",
+    "a.example.com",
+    "*.example.com",
+    "X-Header",
+    "value",
+    "10.0.0.0/8",
+    "roundrobin",
+    "hdr(X)",
+    "url_param ",
+    "GET /health",
+    ",",
+    ":",
+    "%41",
+    "\u{2028}",
+];
+
+fn hostile() -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(FRAGMENTS), 1..6).prop_map(|parts| parts.concat())
+}
+
+/// What a value placed in haproxy.cfg or a map may never hold.
+fn inert(v: &str) -> bool {
+    !v.contains('\n')
+        && !v.contains('\r')
+        && !v.contains('#')
+        && !v.contains('\'')
+        && !v.contains('"')
+        && !v.contains("%[")
+        && !v.contains('$')
+        && !v.chars().any(char::is_control)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn accepted_values_are_inert(v in hostile()) {
+        let single_token = [
+            values::parse_duration(&v).map(|n| n.to_string()),
+            values::parse_size(&v).map(|n| n.to_string()),
+            values::parse_host(&v),
+            values::parse_host_header(&v),
+            values::parse_path(&v),
+            values::parse_header_name(&v),
+            values::parse_regex(&v),
+            values::parse_replacement(&v),
+            values::parse_balance(&v),
+            values::parse_enum(&v, &["roundrobin", "leastconn"]),
+        ];
+        for accepted in single_token.into_iter().flatten() {
+            prop_assert!(inert(&accepted), "{:?} accepted as {:?}", v, accepted);
+            // A single config word: no whitespace either, except balance's own separator.
+            prop_assert!(!accepted.contains(char::is_whitespace) || accepted.starts_with("url_param "),
+                "{:?} accepted with whitespace", accepted);
+        }
+        if let Ok(header) = values::parse_header_value(&v) {
+            prop_assert!(inert(&header) && !header.contains('\\') && !header.contains('%'), "{:?}", header);
+        }
+        if let Ok(lines) = values::parse_header_lines(&v) {
+            for (name, value) in lines {
+                prop_assert!(inert(&name) && inert(&value), "{:?} -> {:?}: {:?}", v, name, value);
+            }
+        }
+        if let Ok(cidrs) = values::parse_cidr_list(&v) {
+            for c in cidrs {
+                prop_assert!(c.bytes().all(|b| b.is_ascii_hexdigit() || b"./:".contains(&b)), "{:?}", c);
+            }
+        }
+        if let Ok(path) = values::parse_path(&v) {
+            prop_assert!(path.starts_with('/') && !path.contains(' '), "{:?}", path);
+        }
+    }
+
+    #[test]
+    fn the_output_guard_refuses_what_could_break_out(v in hostile()) {
+        let env = {
+            let mut env = minijinja::Environment::new();
+            portcullis::render::formatter::register(&mut env);
+            env
+        };
+        let printed = env.render_str("{{ v }}", minijinja::context! { v => v.clone() });
+        if let Ok(text) = printed {
+            prop_assert!(inert(&text) && !text.contains(char::is_whitespace) && !text.contains('%'),
+                "{:?} printed as {:?}", v, text);
+        }
+        if let Ok(quoted) = env.render_str("{{ v|q }}", minijinja::context! { v => v.clone() }) {
+            // One single-quoted word: nothing inside can close the quote or start a line.
+            let inner = &quoted[1..quoted.len() - 1];
+            prop_assert!(quoted.starts_with('\'') && quoted.ends_with('\'') && !inner.contains('\'')
+                && !inner.chars().any(char::is_control), "{:?} quoted as {:?}", v, quoted);
+        }
+    }
+
+    #[test]
+    fn runtime_api_arguments_are_one_word(v in hostile()) {
+        let commands = [
+            Command::AddMap { map: "maps/exact.map".into(), key: v.clone(), value: "b".into() },
+            Command::SetMap { map: "maps/exact.map".into(), key: "k".into(), value: v.clone() },
+            Command::DelMap { map: v.clone(), key: "k".into() },
+            Command::SetServerState { backend: v.clone(), server: "SRV_1".into(),
+                state: portcullis::haproxy::command::ServerState::Ready },
+            Command::SetSslCert { path: "certs/a.pem".into(), pem: v.clone() },
+            Command::AddSslCrtList { crt_list: "certs/crt-list.txt".into(), path: "certs/a.pem".into(), sni: vec![v.clone()] },
+        ];
+        for c in commands {
+            if let Ok(wire) = c.to_wire() {
+                // One command line (payload commands: the payload has no empty line and ends
+                // the command with one), no command separator.
+                let first = wire.lines().next().unwrap_or_default();
+                prop_assert!(!first.contains(';') && !first.contains('#'), "{:?}", wire);
+                if !wire.contains("<<") {
+                    prop_assert_eq!(wire.matches('\n').count(), 1, "{:?}", wire);
+                } else {
+                    let payload = wire.split("<<\n").nth(1).unwrap_or_default();
+                    let body = payload.trim_end_matches('\n');
+                    prop_assert!(body.lines().all(|l| !l.trim().is_empty()), "{:?}", wire);
+                }
+            }
+        }
+    }
+}
