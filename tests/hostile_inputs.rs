@@ -136,7 +136,7 @@ proptest! {
             Command::SetServerState { backend: v.clone(), server: "SRV_1".into(),
                 state: portcullis::haproxy::command::ServerState::Ready },
             Command::SetSslCert { path: "certs/a.pem".into(), pem: v.clone() },
-            Command::AddSslCrtList { crt_list: "certs/crt-list.txt".into(), path: "certs/a.pem".into(), sni: vec![v.clone()] },
+            Command::AddSslCrtList { crt_list: "certs/crt-list.txt".into(), path: "certs/a.pem".into(), sni: vec![v] },
         ];
         for c in commands {
             if let Ok(wire) = c.to_wire() {
