@@ -228,6 +228,36 @@ pub fn server_repairs(
     plan.commands
 }
 
+/// Whether `actual` (HAProxy's order after runtime commands) serves every name with the same
+/// line as `wanted`: for each SNI name on several lines, their relative order must match. A
+/// line without SNI names answers for its certificate's own names, which are unknown here, so
+/// it must keep its place exactly.
+fn same_precedence(actual: &[&CrtListEntry], wanted: &[CrtListEntry]) -> bool {
+    if actual.len() != wanted.len() {
+        return false;
+    }
+    if actual.iter().zip(wanted).all(|(x, y)| *x == y) {
+        return true;
+    }
+    let position: BTreeMap<&CrtListEntry, usize> =
+        actual.iter().enumerate().map(|(i, e)| (*e, i)).collect();
+    let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, entry) in wanted.iter().enumerate() {
+        if entry.sni.is_empty() && actual.get(i) != Some(&entry) {
+            return false;
+        }
+        for name in &entry.sni {
+            by_name
+                .entry(name.as_str())
+                .or_default()
+                .push(position.get(entry).copied().unwrap_or(usize::MAX));
+        }
+    }
+    by_name
+        .values()
+        .all(|positions| positions.windows(2).all(|w| w[0] < w[1]))
+}
+
 /// The model with everything the runtime API can change replaced by fixed placeholders.
 fn blank_runtime_parts(model: &Model) -> Model {
     let mut m = model.clone();
@@ -414,6 +444,21 @@ fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
     {
         plan.reload_reasons
             .push("a certificate used on several crt-list lines changed".to_string());
+        return;
+    }
+    // HAProxy appends added lines at the end of its list, and a name on several lines is
+    // served by the first. If that order would give a name another certificate than the new
+    // crt-list does (a newer line ahead of an older one for the same name), reload instead.
+    let simulated: Vec<&CrtListEntry> = a
+        .crt_list
+        .iter()
+        .filter(|e| !removed.contains(e))
+        .chain(added.iter().copied())
+        .collect();
+    if !same_precedence(&simulated, &b.crt_list) {
+        plan.reload_reasons.push(
+            "a crt-list line would take precedence over another for the same name".to_string(),
+        );
         return;
     }
     let old_pem: BTreeMap<&str, &str> = a
@@ -694,5 +739,37 @@ mod tests {
                 format!("set server ns_web_80/{} state maint", empty[0]),
             ]
         );
+    }
+
+    #[test]
+    fn appended_lines_must_not_change_which_certificate_a_name_gets() {
+        let line = |path: &str, sni: &[&str]| CrtListEntry {
+            path: path.into(),
+            sni: sni.iter().map(|s| s.to_string()).collect(),
+        };
+        let (a, b, c) = (
+            line("certs/a.pem", &["a.com"]),
+            line("certs/b.pem", &["x.com"]),
+            line("certs/c.pem", &["x.com"]),
+        );
+        // Appending c after b keeps x.com on b: fine.
+        assert!(same_precedence(
+            &[&a, &b, &c],
+            &[a.clone(), b.clone(), c.clone()]
+        ));
+        // Wanted c before b for x.com, but HAProxy would append c: not the same.
+        assert!(!same_precedence(
+            &[&a, &b, &c],
+            &[a.clone(), c.clone(), b.clone()]
+        ));
+        // Different names may be reordered freely.
+        let d = line("certs/d.pem", &["d.com"]);
+        assert!(same_precedence(
+            &[&a, &b, &d],
+            &[a.clone(), d.clone(), b.clone()]
+        ));
+        // A line without names (its certificate's own) must keep its place.
+        let e = line("certs/e.pem", &[]);
+        assert!(!same_precedence(&[&a, &b, &e], &[a, e, b]));
     }
 }
