@@ -770,6 +770,9 @@ mod tests {
         ));
         // A line without names (its certificate's own) must keep its place.
         let e = line("certs/e.pem", &[]);
-        assert!(!same_precedence(&[&a, &b, &e], &[a, e, b]));
+        assert!(!same_precedence(
+            &[&a, &b, &e],
+            &[a.clone(), e.clone(), b.clone()]
+        ));
     }
 }
