@@ -83,3 +83,62 @@ fn tcp_frontends_carry_bytes_and_their_certificate_can_go_away() {
     assert_eq!(h.reloads().1, failed, "no reload failed");
     referenced_files_exist(&h);
 }
+
+/// The same Secret serves a TCP bind (named directly) and an Ingress (through the crt-list);
+/// the Ingress goes away while another keeps HTTPS up. The certificate leaves the crt-list at
+/// run time, but its file stays, because the TCP bind still names it, and nothing fails.
+#[test]
+fn a_certificate_shared_with_a_tcp_bind_outlives_its_ingress() {
+    let mut h = Harness::new();
+    let (tls_port, plain_port) = (free_port(), free_port());
+    let app = h.backend(NS, "app");
+    let (crt, key) = self_signed(&h.work(), "app.example.com", "app");
+    let (other_crt, other_key) = self_signed(&h.work(), "keep.example.com", "keep");
+    h.write("app.yaml", &app);
+    h.write("secret.yaml", &tls_secret(NS, "app-tls", &crt, &key));
+    h.write(
+        "keep-secret.yaml",
+        &tls_secret(NS, "a-keep-tls", &other_crt, &other_key),
+    );
+    h.write("tcp.yaml", &tcp_object(tls_port, plain_port));
+    // The older Ingress keeps HTTPS (and the default certificate) in place.
+    h.write(
+        "a-keep.yaml",
+        &ingress(
+            NS,
+            "a-keep",
+            &[route(Some("keep.example.com"), "/", "Prefix", "app")],
+            None,
+            &[("a-keep-tls", &["keep.example.com"])],
+        ),
+    );
+    h.write(
+        "b-shared.yaml",
+        &ingress(
+            NS,
+            "b-shared",
+            &[route(Some("app.example.com"), "/", "Prefix", "app")],
+            None,
+            &[("app-tls", &["app.example.com"])],
+        ),
+    );
+    h.start(&[]);
+    let fp = fingerprint(&h.work(), &crt);
+    let served_https = served_certificate(h.https_port, "app.example.com").unwrap();
+    assert_eq!(fingerprint(&h.work(), &served_https), fp);
+    let (reloads, failed) = h.reloads();
+
+    h.remove("b-shared.yaml");
+    wait_until(APPLY_TIMEOUT, "the Ingress' crt-list line is gone", || {
+        !std::fs::read_to_string(h.config_dir().join("certs/crt-list.txt"))
+            .unwrap()
+            .contains("app_app-tls")
+    });
+    // Still served on the TCP bind, still on disk, no reload failed.
+    let served_tcp = served_certificate(tls_port, "app.example.com").unwrap();
+    assert_eq!(fingerprint(&h.work(), &served_tcp), fp);
+    assert!(h.config_dir().join("certs/app_app-tls.pem").is_file());
+    referenced_files_exist(&h);
+    assert_eq!(h.reloads().1, failed);
+    assert_eq!(h.reloads().0, reloads, "a crt-list line leaves at run time");
+}
