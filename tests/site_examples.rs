@@ -14,7 +14,7 @@ const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/scrip
 const CERT: &str = include_str!("fixtures/tls/rsa.crt");
 const KEY: &str = include_str!("fixtures/tls/rsa.key");
 
-fn tls_ingress(name: &str, host: &str, annotations: serde_json::Value) -> Object {
+fn tls_ingress(name: &str, host: &str, annotations: &serde_json::Value) -> Object {
     Object::from_value(json!({
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": name, "namespace": "corp", "annotations": annotations},
