@@ -40,13 +40,13 @@ fn the_documented_site_scripts_work() {
         tls_ingress(
             "wiki",
             "wiki.corp.example.com",
-            json!({"haproxy.org/ssl-redirect": "false"}),
+            &json!({"haproxy.org/ssl-redirect": "false"}),
         ),
         // Elsewhere the Ingress decides.
         tls_ingress(
             "shop",
             "shop.example.org",
-            json!({"haproxy.org/ssl-redirect": "false",
+            &json!({"haproxy.org/ssl-redirect": "false",
             "portcullis.io/hsts": "true", "haproxy.org/response-set-header": "Cache-Control no-store"}),
         ),
     ];
