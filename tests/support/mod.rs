@@ -916,21 +916,8 @@ impl Harness {
 
     /// Sends SIGTERM and waits (at most `timeout`) for `portcullis run` to exit.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        signal(child.id(), "TERM");
-        let started = Instant::now();
-        let max_polls = timeout.as_millis() / 20 + 10;
-        for _ in 0..max_polls {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if started.elapsed() >= timeout {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        signal(self.child.as_ref()?.id(), "TERM");
+        self.wait_exit(timeout)
     }
 }
 
