@@ -253,6 +253,8 @@ impl Translator<'_> {
         }
     }
 
+    /// Registers (once) the HTTP backend for a Service port; the first Ingress that names it
+    /// supplies its annotations.
     fn register_backend(
         &mut self,
         service: &Key,
@@ -260,15 +262,7 @@ impl Translator<'_> {
         ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
     ) -> String {
         let name = format!("{}_{}_{}", service.namespace, service.name, port.number);
-        let entry = self
-            .backends
-            .entry(name.clone())
-            .or_insert_with(|| BackendBuild {
-                service: service.clone(),
-                port,
-                ingress: None,
-                policies: BTreeMap::new(),
-            });
+        let entry = register(&mut self.backends, &name, service, port);
         if entry.ingress.is_none() {
             entry.ingress = ingress;
         }
@@ -278,14 +272,7 @@ impl Translator<'_> {
     /// Registers (once) the TCP-mode backend for a Service port.
     fn register_tcp_backend(&mut self, service: &Key, port: ResolvedPort) -> String {
         let name = format!("tcp_{}_{}_{}", service.namespace, service.name, port.number);
-        self.tcp_backends
-            .entry(name.clone())
-            .or_insert_with(|| BackendBuild {
-                service: service.clone(),
-                port,
-                ingress: None,
-                policies: BTreeMap::new(),
-            });
+        register(&mut self.tcp_backends, &name, service, port);
         name
     }
 
@@ -711,6 +698,23 @@ impl Translator<'_> {
             servers,
         }
     }
+}
+
+/// The backend `name` in `table`, created for `service`/`port` if new.
+fn register<'t>(
+    table: &'t mut BTreeMap<String, BackendBuild>,
+    name: &str,
+    service: &Key,
+    port: ResolvedPort,
+) -> &'t mut BackendBuild {
+    table
+        .entry(name.to_string())
+        .or_insert_with(|| BackendBuild {
+            service: service.clone(),
+            port,
+            ingress: None,
+            policies: BTreeMap::new(),
+        })
 }
 
 /// A short, stable id for a set of route settings, so equal settings share one policy.
