@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use portcullis::demo::{EchoServer, spawn_echo};
 use support::{
-    APPLY_TIMEOUT, Answer, Proc, START_TIMEOUT, free_port, holds_for, http_get, ingress,
-    parse_show_proc, poll, process_exists, route, service, signal, socket_command, wait_until,
-    with_metadata, write_atomically,
+    APPLY_TIMEOUT, Answer, Proc, START_TIMEOUT, free_port, holds_for, http_get, ingress, log_tail,
+    parse_show_proc, poll, route, service, socket_command, stop_run, wait_until, with_metadata,
+    write_atomically,
 };
 
 /// Namespace of the application objects.
@@ -479,54 +479,17 @@ impl Replica {
             )
         })
     }
-
-    fn terminate(&mut self, timeout: Duration) -> bool {
-        let Some(child) = self.child.as_mut() else {
-            return true;
-        };
-        signal(child.id(), "TERM");
-        let started = Instant::now();
-        let max_polls = timeout.as_millis() / 20 + 10;
-        for _ in 0..max_polls {
-            if let Ok(Some(_)) = child.try_wait() {
-                self.child = None;
-                return true;
-            }
-            if started.elapsed() >= timeout {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
 }
 
 impl Drop for Replica {
     fn drop(&mut self) {
-        if !self.terminate(Duration::from_secs(15)) {
-            if let Some(mut child) = self.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            // Killed: it could not stop its HAProxy.
-            if let Some(pid) = self.master_pid.filter(|p| process_exists(*p)) {
-                signal(pid, "KILL");
-            }
-        }
+        stop_run(&mut self.child, self.master_pid, Duration::from_secs(15));
         if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log
-                .lines()
-                .filter(|l| !l.contains(" HTTP/1.1\""))
-                .rev()
-                .take(40)
-                .collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
             eprintln!(
                 "---- last lines of replica {} ({}) ----\n{}",
                 self.label,
                 self.root.path().display(),
-                tail.join("\n")
+                log_tail(&self.log(), 40)
             );
         }
     }

@@ -898,20 +898,7 @@ impl Harness {
 
     /// Waits (at most `timeout`) for `portcullis run` to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let child = self.child.as_mut()?;
-        let started = Instant::now();
-        let max_polls = timeout.as_millis() / 20 + 10;
-        for _ in 0..max_polls {
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Some(status);
-            }
-            if started.elapsed() >= timeout {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        wait_child(&mut self.child, timeout)
     }
 
     /// Sends SIGTERM and waits (at most `timeout`) for `portcullis run` to exit.
@@ -929,33 +916,64 @@ impl Default for Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if self.child.is_some() && self.terminate(Duration::from_secs(15)).is_none() {
-            if let Some(mut child) = self.child.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            // Killed: it could not stop its HAProxy.
-            if let Some(pid) = self.master_pid.filter(|p| process_exists(*p)) {
-                signal(pid, "KILL");
-            }
-        }
+        stop_run(&mut self.child, self.master_pid, Duration::from_secs(15));
         if std::thread::panicking() {
-            let log = self.log();
-            // HAProxy's access log lines would drown the rest.
-            let tail: Vec<&str> = log
-                .lines()
-                .filter(|l| !l.contains(" HTTP/1.1\""))
-                .rev()
-                .take(60)
-                .collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
             eprintln!(
                 "---- last lines of portcullis run ({}) ----\n{}",
                 self.root.path().display(),
-                tail.join("\n")
+                log_tail(&self.log(), 60)
             );
         }
     }
+}
+
+/// Waits (at most `timeout`) for `child` to exit; takes it when it did.
+pub fn wait_child(child: &mut Option<Child>, timeout: Duration) -> Option<ExitStatus> {
+    let running = child.as_mut()?;
+    let started = Instant::now();
+    let max_polls = timeout.as_millis() / 20 + 10;
+    for _ in 0..max_polls {
+        if let Ok(Some(status)) = running.try_wait() {
+            *child = None;
+            return Some(status);
+        }
+        if started.elapsed() >= timeout {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// Stops a `portcullis run`: SIGTERM and a wait; if it does not exit, SIGKILL, and then its
+/// HAProxy master (which it could no longer stop) too.
+pub fn stop_run(child: &mut Option<Child>, master_pid: Option<u32>, timeout: Duration) {
+    let Some(pid) = child.as_ref().map(Child::id) else {
+        return;
+    };
+    signal(pid, "TERM");
+    if wait_child(child, timeout).is_some() {
+        return;
+    }
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    if let Some(pid) = master_pid.filter(|p| process_exists(*p)) {
+        signal(pid, "KILL");
+    }
+}
+
+/// The last `lines` lines of a log, without HAProxy's access log lines, which would drown the
+/// rest.
+pub fn log_tail(log: &str, lines: usize) -> String {
+    let tail: Vec<&str> = log
+        .lines()
+        .filter(|l| !l.contains(" HTTP/1.1\""))
+        .rev()
+        .take(lines)
+        .collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
 /// Writes `path` through a hidden temporary file in the same directory and a rename.
