@@ -23,7 +23,7 @@ pub enum Command {
     /// Compile scripts and templates, render, and ask `haproxy -c` whether the result is valid.
     Check(CheckArgs),
     /// Keep a real HAProxy equal to the desired state (runtime API first, verified reloads).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// The quickstart: example manifests, loopback echo backends and `run`, on ports 8080/8443.
     Demo(DemoArgs),
     /// List the effective policy scripts and the layer each comes from.
@@ -54,6 +54,9 @@ pub enum ListCommand {
 
 #[derive(Debug, Args)]
 pub struct RenderArgs {
+    /// Directory of Kubernetes YAML/JSON manifests (read recursively).
+    #[arg(long, env = "PORTCULLIS_MANIFESTS")]
+    pub manifests: PathBuf,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// Write haproxy.cfg and every file it references here (default: haproxy.cfg to stdout).
@@ -63,6 +66,9 @@ pub struct RenderArgs {
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
+    /// Directory of Kubernetes YAML/JSON manifests (read recursively).
+    #[arg(long, env = "PORTCULLIS_MANIFESTS")]
+    pub manifests: PathBuf,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// The HAProxy binary to check with.
@@ -72,10 +78,76 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Read a directory of Kubernetes YAML/JSON manifests (watched) instead of a cluster.
+    #[arg(long, env = "PORTCULLIS_MANIFESTS")]
+    pub manifests: Option<PathBuf>,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     #[command(flatten)]
     pub haproxy: HaproxyArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Flags for the cluster source (used when `--manifests` is not given).
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file (default: `KUBECONFIG`, else in-cluster configuration).
+    #[arg(long, env = "PORTCULLIS_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Run outside the cluster next to a host HAProxy: use the kubeconfig (default
+    /// ~/.kube/config), never the in-cluster service account.
+    #[arg(long, env = "PORTCULLIS_EXTERNAL")]
+    pub external: bool,
+    /// Give up (exit status 6) when the API server has not answered and every watch has not
+    /// listed within this time; transient failures are retried until then. `0` waits forever.
+    #[arg(long, env = "PORTCULLIS_STARTUP_TIMEOUT", default_value = "2m", value_parser = startup_timeout)]
+    pub startup_timeout: std::time::Duration,
+    /// Only read Ingresses, Services, EndpointSlices, Secrets and TCP objects in these
+    /// namespaces (repeat or comma-separate; default: all).
+    #[arg(long = "namespace", env = "PORTCULLIS_NAMESPACE", value_delimiter = ',', value_parser = namespace)]
+    pub namespaces: Vec<String>,
+    /// Never read these namespaces (repeat or comma-separate).
+    #[arg(long = "namespace-deny", env = "PORTCULLIS_NAMESPACE_DENY", value_delimiter = ',', value_parser = namespace)]
+    pub namespaces_deny: Vec<String>,
+    /// Watch the TCP custom resource: `required` (exit at start-up when its CRD is missing),
+    /// `optional` (warn and carry on) or `off`.
+    #[arg(
+        long,
+        env = "PORTCULLIS_TCP_CRD",
+        value_enum,
+        default_value = "optional"
+    )]
+    pub tcp_crd: crate::cluster::connect::TcpCrd,
+    /// Write Ingress status from this Service's load-balancer addresses (NAMESPACE/NAME).
+    #[arg(long, env = "PORTCULLIS_PUBLISH_SERVICE", value_parser = Key::parse_namespaced, conflicts_with = "publish_address")]
+    pub publish_service: Option<Key>,
+    /// Write these addresses (IPs or host names, comma-separated) into Ingress status.
+    #[arg(long, env = "PORTCULLIS_PUBLISH_ADDRESS", value_delimiter = ',')]
+    pub publish_address: Vec<String>,
+    /// Name of the Lease (in the pod's namespace) that elects the replica writing status
+    /// and Events.
+    #[arg(long, env = "PORTCULLIS_ELECTION_ID", default_value = "portcullis-leader", value_parser = pod_name)]
+    pub election_id: String,
+    /// How long a leader's Lease lasts without renewal.
+    #[arg(long, env = "PORTCULLIS_LEASE_DURATION", default_value = "15s", value_parser = lease_duration)]
+    pub lease_duration: std::time::Duration,
+}
+
+/// `--startup-timeout`: a duration; `0` means no limit.
+fn startup_timeout(v: &str) -> Result<std::time::Duration, String> {
+    Ok(std::time::Duration::from_millis(
+        crate::values::parse_duration(v)?,
+    ))
+}
+
+/// `--lease-duration`: between 2s and 5m.
+fn lease_duration(v: &str) -> Result<std::time::Duration, String> {
+    let ms = crate::values::parse_duration(v)?;
+    if !(2_000..=300_000).contains(&ms) {
+        return Err(format!("{v:?} must be between 2s and 5m"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 /// Flags for driving HAProxy.
@@ -158,9 +230,6 @@ fn socket_dir(v: &str) -> Result<PathBuf, String> {
 /// Flags shared by every command that runs the pipeline.
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
-    /// Directory of Kubernetes YAML/JSON manifests (read recursively).
-    #[arg(long, env = "PORTCULLIS_MANIFESTS")]
-    pub manifests: PathBuf,
     /// Site scripts layered over the bundled ones (same name replaces, new names add).
     #[arg(long, env = "PORTCULLIS_SCRIPTS_DIR")]
     pub scripts_dir: Option<PathBuf>,

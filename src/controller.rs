@@ -22,10 +22,19 @@ use crate::source::{files, watch};
 use crate::store::Store;
 use crate::translate::RunInputs;
 
+/// Where the objects come from.
+#[derive(Debug, Clone)]
+pub enum SourceConfig {
+    /// A directory of manifests, watched.
+    Files(PathBuf),
+    /// The Kubernetes API.
+    Cluster(crate::cluster::ClusterConfig),
+}
+
 /// How a `run` is set up; built from flags.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    pub manifests: PathBuf,
+    pub source: SourceConfig,
     pub scripts_dir: Option<PathBuf>,
     pub templates_dir: Option<PathBuf>,
     pub translate: crate::translate::TranslateConfig,
@@ -67,6 +76,49 @@ pub enum RunError {
     Signals(std::io::Error),
     #[error("starting the demo's echo backends: {0}")]
     DemoBackends(std::io::Error),
+    /// The cluster could not be used and waiting will not help.
+    #[error("{0}")]
+    ClusterRefused(String),
+    /// The cluster did not answer within `--startup-timeout`.
+    #[error("{0}")]
+    ClusterUnavailable(String),
+}
+
+impl From<crate::cluster::connect::StartupError> for RunError {
+    fn from(e: crate::cluster::connect::StartupError) -> Self {
+        use crate::cluster::connect::StartupError;
+        match e {
+            StartupError::Permanent(m) => RunError::ClusterRefused(m),
+            StartupError::Timeout(m) => RunError::ClusterUnavailable(m),
+        }
+    }
+}
+
+/// The running source: what `compute` reads from.
+enum Source {
+    Files {
+        dir: PathBuf,
+        _watch: watch::DirWatch,
+    },
+    Cluster(crate::cluster::Cluster),
+}
+
+impl Source {
+    /// What the pipeline runs on: a directory to read, or a copy of the cluster store.
+    fn input(&self) -> SourceInput {
+        match self {
+            Source::Files { dir, .. } => SourceInput::Files(dir.clone()),
+            Source::Cluster(c) => {
+                let (store, diagnostics) = c.state.snapshot();
+                SourceInput::Store(Box::new(store), diagnostics)
+            }
+        }
+    }
+}
+
+enum SourceInput {
+    Files(PathBuf),
+    Store(Box<Store>, Vec<crate::diagnostics::Diagnostic>),
 }
 
 /// What the admin endpoint shows.
@@ -87,6 +139,8 @@ struct StatusInner {
     diagnostics: usize,
     config: Option<String>,
     model: Option<String>,
+    /// The cluster source's watches and leadership, when running against a cluster.
+    cluster: Option<serde_json::Value>,
 }
 
 impl Status {
@@ -115,6 +169,7 @@ impl AdminState for Status {
             "site_error": inner.site_error,
             "last_outcome": inner.last_outcome,
             "diagnostics": inner.diagnostics,
+            "cluster": inner.cluster,
         });
         if inner.ready {
             Ok(detail)
@@ -160,9 +215,6 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         config.templates_dir.as_deref(),
         translate.clone(),
     )?);
-    // The manifests must be readable at start; later read errors keep the last good state.
-    files::load_dir(&config.manifests)?;
-
     let metrics = Arc::new(Metrics::new());
     let status = Arc::new(Status::new(metrics.clone()));
     let listener = tokio::net::TcpListener::bind(config.admin_addr)
@@ -195,12 +247,41 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         metrics.clone(),
     );
 
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
+
     let (changes_tx, mut changes) = mpsc::unbounded_channel::<Instant>();
-    let _watch = watch::watch_dir(
-        &config.manifests,
-        changes_tx.clone(),
-        Duration::from_secs(5),
-    )?;
+    let source = match &config.source {
+        SourceConfig::Files(dir) => {
+            // The manifests must be readable at start; later read errors keep the last good state.
+            files::load_dir(dir)?;
+            let watch = watch::watch_dir(dir, changes_tx.clone(), Duration::from_secs(5))?;
+            Source::Files {
+                dir: dir.clone(),
+                _watch: watch,
+            }
+        }
+        SourceConfig::Cluster(cluster) => {
+            status
+                .update(|s| s.last_error = Some("connecting to the Kubernetes API server".into()));
+            // A shutdown request during start-up is still a clean exit.
+            let started = tokio::select! {
+                r = crate::cluster::start(cluster, &translate, changes_tx.clone(), metrics.clone()) => r,
+                _ = sigterm.recv() => { let _ = stop_admin.send(()); return Ok(()); }
+                _ = sigint.recv() => { let _ = stop_admin.send(()); return Ok(()); }
+            };
+            let cluster = match started {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = stop_admin.send(());
+                    return Err(e.into());
+                }
+            };
+            status.update(|s| s.last_error = None);
+            Source::Cluster(cluster)
+        }
+    };
     let _ = changes_tx.send(Instant::now());
     // Site scripts and templates are hot: a change is compiled and test-rendered against the
     // live state; only then does it replace the version in force.
@@ -217,9 +298,6 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         )?);
     }
 
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
     let mut health = tokio::time::interval(Duration::from_secs(1));
     // An owed reload (failed, or rejected by `haproxy -c`) is retried on every change, and
     // also on its own, with a growing pause, in case no change comes.
@@ -231,6 +309,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             _ = sigterm.recv() => break Ok(()),
             _ = sigint.recv() => break Ok(()),
             _ = health.tick() => {
+                if let Source::Cluster(c) = &source {
+                    let detail = c.observe(&metrics);
+                    status.update(|s| s.cluster = Some(detail));
+                }
                 if applier.running().is_some() && !applier.haproxy_alive() {
                     break Err(RunError::HaproxyExited);
                 }
@@ -245,10 +327,14 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(&config, &pipeline, run_inputs(&applier)).await {
-                    Ok(output) => {
+                match compute(source.input(), &pipeline, run_inputs(&applier)).await {
+                    Ok((output, store)) => {
+                        let diagnostics = output.diagnostics.clone();
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
                             break Err(e);
+                        }
+                        if let Source::Cluster(c) = &source {
+                            c.publish(store, diagnostics);
                         }
                     }
                     Err(e) => fail(&status, &metrics, e),
@@ -259,8 +345,8 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
                     Ok(candidate) => {
                         let candidate = Arc::new(candidate);
-                        match compute(&config, &candidate, run_inputs(&applier)).await {
-                            Ok(output) => {
+                        match compute(source.input(), &candidate, run_inputs(&applier)).await {
+                            Ok((output, _)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
@@ -286,6 +372,9 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         }
     };
     tracing::info!("shutting down");
+    if let Source::Cluster(c) = source {
+        c.shutdown().await;
+    }
     applier.shutdown().await;
     let _ = stop_admin.send(());
     let _ = admin_task.await;
@@ -341,20 +430,26 @@ fn unix_now() -> Option<i64> {
 }
 
 async fn compute(
-    config: &RunConfig,
+    input: SourceInput,
     pipeline: &Arc<Pipeline>,
     inputs: RunInputs,
-) -> Result<Output, String> {
-    let dir = config.manifests.clone();
+) -> Result<(Output, Arc<Store>), String> {
     let p = pipeline.clone();
     tokio::task::spawn_blocking(move || {
-        let loaded = files::load_dir(&dir).map_err(|e| e.to_string())?;
-        let mut diagnostics = loaded.diagnostics.into_sorted();
-        let store = Store::from_objects(loaded.objects);
+        let (store, mut diagnostics) = match input {
+            SourceInput::Files(dir) => {
+                let loaded = files::load_dir(&dir).map_err(|e| e.to_string())?;
+                (
+                    Store::from_objects(loaded.objects),
+                    loaded.diagnostics.into_sorted(),
+                )
+            }
+            SourceInput::Store(store, diagnostics) => (*store, diagnostics),
+        };
         let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
         diagnostics.append(&mut output.diagnostics);
         output.diagnostics = diagnostics;
-        Ok(output)
+        Ok((output, Arc::new(store)))
     })
     .await
     .map_err(|e| format!("pipeline task: {e}"))?

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod apply;
 pub mod check;
+pub mod cluster;
 pub mod cli;
 pub mod controller;
 pub mod demo;

@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::Parser;
 use portcullis::check::{self, CheckError};
 use portcullis::cli::{Cli, Command, DemoArgs, ListCommand, PipelineArgs, RunArgs};
-use portcullis::controller::{self, RunConfig, RunError};
+use portcullis::cluster::ClusterConfig;
+use portcullis::cluster::connect::ConnectConfig;
+use portcullis::cluster::reflect::NamespaceFilter;
+use portcullis::cluster::status::Publish;
+use portcullis::controller::{self, RunConfig, RunError, SourceConfig};
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::source::files;
 use portcullis::store::Store;
@@ -22,6 +26,12 @@ mod exit {
     pub(crate) const ENVIRONMENT: u8 = 4;
     /// HAProxy exited while `run` was driving it.
     pub(crate) const HAPROXY_EXITED: u8 = 5;
+    /// The Kubernetes API server did not answer (or the watches did not list) within
+    /// `--startup-timeout`.
+    pub(crate) const CLUSTER_UNAVAILABLE: u8 = 6;
+    /// The cluster cannot be used and retrying will not help: unusable kubeconfig, 401/403,
+    /// a required CRD missing.
+    pub(crate) const CLUSTER_REFUSED: u8 = 7;
 }
 
 fn main() -> ExitCode {
@@ -46,7 +56,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Render(args) => {
-            let output = match run_pipeline(&args.pipeline) {
+            let output = match run_pipeline(&args.manifests, &args.pipeline) {
                 Ok(o) => o,
                 Err(code) => return code,
             };
@@ -76,7 +86,7 @@ fn main() -> ExitCode {
             block_on(demo(args))
         }
         Command::Check(args) => {
-            let output = match run_pipeline(&args.pipeline) {
+            let output = match run_pipeline(&args.manifests, &args.pipeline) {
                 Ok(o) => o,
                 Err(code) => return code,
             };
@@ -130,8 +140,33 @@ fn list<E: std::fmt::Display>(
 }
 
 fn run_config(args: &RunArgs) -> RunConfig {
+    let source = match &args.manifests {
+        Some(dir) => SourceConfig::Files(dir.clone()),
+        None => {
+            let c = &args.cluster;
+            SourceConfig::Cluster(ClusterConfig {
+                connect: ConnectConfig {
+                    kubeconfig: c.kubeconfig.clone(),
+                    external: c.external,
+                    startup_timeout: Some(c.startup_timeout).filter(|t| !t.is_zero()),
+                    tcp_crd: c.tcp_crd,
+                },
+                namespaces: NamespaceFilter {
+                    allow: c.namespaces.iter().cloned().collect(),
+                    deny: c.namespaces_deny.iter().cloned().collect(),
+                },
+                publish: match (&c.publish_service, c.publish_address.is_empty()) {
+                    (Some(key), _) => Some(Publish::Service(key.clone())),
+                    (None, false) => Some(Publish::Addresses(c.publish_address.clone())),
+                    (None, true) => None,
+                },
+                election_id: c.election_id.clone(),
+                lease_duration: c.lease_duration,
+            })
+        }
+    };
     RunConfig {
-        manifests: args.pipeline.manifests.clone(),
+        source,
         scripts_dir: args.pipeline.scripts_dir.clone(),
         templates_dir: args.pipeline.templates_dir.clone(),
         translate: args.pipeline.translate_config(),
@@ -163,6 +198,8 @@ fn block_on(fut: impl std::future::Future<Output = Result<(), RunError>>) -> Exi
             ExitCode::from(match e {
                 RunError::Load(_) | RunError::Manifests(_) => exit::INPUT,
                 RunError::HaproxyExited => exit::HAPROXY_EXITED,
+                RunError::ClusterUnavailable(_) => exit::CLUSTER_UNAVAILABLE,
+                RunError::ClusterRefused(_) => exit::CLUSTER_REFUSED,
                 _ => exit::ENVIRONMENT,
             })
         }
@@ -177,7 +214,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
         .map_err(RunError::DemoBackends)?;
     let work = std::env::temp_dir().join(format!("portcullis-demo-{}", std::process::id()));
     let config = RunConfig {
-        manifests: args.manifests.clone(),
+        source: SourceConfig::Files(args.manifests.clone()),
         scripts_dir: None,
         templates_dir: None,
         translate: portcullis::translate::TranslateConfig {
@@ -219,7 +256,14 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
 }
 
 fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+    // kube-rs logs every failed request at ERROR; Portcullis logs each one itself, with its
+    // cause and what happens next, so those lines are only noise unless asked for.
+    let filter = if filter.contains("kube") {
+        filter.to_string()
+    } else {
+        format!("{filter},kube_client::client::builder=off")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
@@ -230,7 +274,7 @@ fn init_logging(filter: &str) {
 }
 
 /// Loads manifests, scripts and templates and runs the pipeline, printing diagnostics.
-fn run_pipeline(args: &PipelineArgs) -> Result<Output, ExitCode> {
+fn run_pipeline(manifests: &std::path::Path, args: &PipelineArgs) -> Result<Output, ExitCode> {
     let pipeline = Pipeline::load(
         args.scripts_dir.as_deref(),
         args.templates_dir.as_deref(),
@@ -242,7 +286,7 @@ fn run_pipeline(args: &PipelineArgs) -> Result<Output, ExitCode> {
         }
         ExitCode::from(exit::INPUT)
     })?;
-    let loaded = files::load_dir(&args.manifests).map_err(|e| {
+    let loaded = files::load_dir(manifests).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(exit::INPUT)
     })?;

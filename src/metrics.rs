@@ -245,6 +245,16 @@ pub struct Metrics {
     pub last_applied_timestamp: GaugeVec,
     /// `portcullis_ready`, 1 or 0.
     pub ready: GaugeVec,
+    /// `portcullis_cluster_watch_stale_seconds{watch}`: how long a watch has been failing.
+    pub watch_stale: GaugeVec,
+    /// `portcullis_cluster_watch_errors_total{watch}`
+    pub watch_errors: GaugeVec,
+    /// `portcullis_cluster_leader`, 1 on the replica that writes status and Events.
+    pub leader: GaugeVec,
+    /// `portcullis_cluster_status_writes_total{outcome}`, outcome = `ok` or `error`.
+    pub status_writes: CounterVec,
+    /// `portcullis_cluster_events_total{outcome}`, outcome = `emitted`, `suppressed` or `failed`.
+    pub events: CounterVec,
 }
 
 impl Default for Metrics {
@@ -320,8 +330,39 @@ impl Metrics {
                 "1 when the controller is ready, 0 otherwise.",
                 &[],
             ),
+            watch_stale: r.gauge_vec(
+                "portcullis_cluster_watch_stale_seconds",
+                "Seconds a cluster watch has been failing (0 while healthy): the data served may be this old.",
+                &["watch"],
+            ),
+            watch_errors: r.gauge_vec(
+                "portcullis_cluster_watch_errors_total",
+                "Errors seen by a cluster watch since start (each is retried with backoff).",
+                &["watch"],
+            ),
+            leader: r.gauge_vec(
+                "portcullis_cluster_leader",
+                "1 on the replica holding the Lease (it writes Ingress status and Events).",
+                &[],
+            ),
+            status_writes: r.counter_vec(
+                "portcullis_cluster_status_writes_total",
+                "Ingress status updates written, by outcome (ok, error).",
+                &["outcome"],
+            ),
+            events: r.counter_vec(
+                "portcullis_cluster_events_total",
+                "Kubernetes Events for rejected settings, by outcome (emitted, suppressed, failed).",
+                &["outcome"],
+            ),
             registry: r,
         };
+        for outcome in ["ok", "error"] {
+            m.status_writes.init(&[outcome]);
+        }
+        for outcome in ["emitted", "suppressed", "failed"] {
+            m.events.init(&[outcome]);
+        }
         for stage in ["check", "reload", "verify"] {
             m.reload_failures.init(&[stage]);
         }
