@@ -6,8 +6,8 @@
 pub mod admin;
 pub mod apply;
 pub mod check;
-pub mod cluster;
 pub mod cli;
+pub mod cluster;
 pub mod controller;
 pub mod demo;
 pub mod diagnostics;

@@ -620,6 +620,8 @@ pub struct Harness {
     pub admin_port: u16,
     child: Option<Child>,
     master_pid: Option<u32>,
+    /// Read the cluster through this kubeconfig instead of the manifest directory.
+    kubeconfig: Option<PathBuf>,
     echoes: Vec<EchoServer>,
     /// Runs the echo servers; dropped after them.
     rt: tokio::runtime::Runtime,
@@ -646,6 +648,7 @@ impl Harness {
             admin_port: free_port(),
             child: None,
             master_pid: None,
+            kubeconfig: None,
             echoes: Vec::new(),
             rt,
         }
@@ -653,6 +656,11 @@ impl Harness {
 
     pub fn root(&self) -> &Path {
         self.root.path()
+    }
+
+    /// Makes `run` read the cluster through `kubeconfig` instead of the manifest directory.
+    pub fn use_kubeconfig(&mut self, kubeconfig: &Path) {
+        self.kubeconfig = Some(kubeconfig.to_path_buf());
     }
 
     pub fn manifests(&self) -> PathBuf {
@@ -712,11 +720,12 @@ impl Harness {
                 cmd.env_remove(key);
             }
         }
-        cmd.env("NO_COLOR", "1")
-            .arg("run")
-            .arg("--manifests")
-            .arg(self.manifests())
-            .arg("--config-dir")
+        cmd.env("NO_COLOR", "1").env_remove("KUBECONFIG").arg("run");
+        match &self.kubeconfig {
+            Some(path) => cmd.arg("--kubeconfig").arg(path),
+            None => cmd.arg("--manifests").arg(self.manifests()),
+        };
+        cmd.arg("--config-dir")
             .arg(self.config_dir())
             .arg("--runtime-dir")
             .arg(self.runtime_dir())
