@@ -26,6 +26,9 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// The quickstart: example manifests, loopback echo backends and `run`, on ports 8080/8443.
     Demo(DemoArgs),
+    /// Run test cases (manifests plus expectations) against the effective scripts and
+    /// templates; print a diff for each mismatch (see docs/scripting.md).
+    Test(TestArgs),
     /// List the effective policy scripts and the layer each comes from.
     Scripts {
         #[command(subcommand)]
@@ -74,6 +77,18 @@ pub struct CheckArgs {
     /// The HAProxy binary to check with.
     #[arg(long, env = "PORTCULLIS_HAPROXY_BIN", default_value = "haproxy")]
     pub haproxy_bin: String,
+}
+
+/// `portcullis test`: exit 0 when every case passes, 1 when any fails or cannot be read.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Directory of test cases: one subdirectory per case, holding manifests and
+    /// `expect.txt` or `expected.cfg` (and optionally `args`). Or a single case directory.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    // The defaults of every case; a case's `args` file overrides the flags it names.
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
 }
 
 #[derive(Debug, Args)]
@@ -279,6 +294,19 @@ pub struct PipelineArgs {
     /// Port of the HAProxy peers protocol between replicas.
     #[arg(long, env = "PORTCULLIS_LOCALPEER_PORT", default_value_t = 10000)]
     pub localpeer_port: u16,
+    /// Accept raw config snippets (`*-config-snippet`) from the controller ConfigMap. Every
+    /// line is still checked against a denylist.
+    #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS")]
+    pub allow_config_snippets: bool,
+    /// Also accept snippets from Ingress and Service annotations (one line each); needs
+    /// --allow-config-snippets. Anyone who can edit an Ingress can then change HAProxy's
+    /// configuration within the denylist's limits.
+    #[arg(
+        long,
+        env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS_IN_ANNOTATIONS",
+        requires = "allow_config_snippets"
+    )]
+    pub allow_config_snippets_in_annotations: bool,
 }
 
 impl PipelineArgs {
@@ -311,6 +339,10 @@ impl PipelineArgs {
                     .pod_ip
                     .or_else(|| std::env::var("POD_IP").ok().and_then(|v| v.parse().ok())),
                 peer_port: self.localpeer_port,
+            },
+            snippets: crate::snippets::SnippetPolicy {
+                allow: self.allow_config_snippets,
+                in_annotations: self.allow_config_snippets_in_annotations,
             },
         }
     }

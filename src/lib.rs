@@ -19,6 +19,8 @@ pub mod objects;
 pub mod pipeline;
 pub mod policy;
 pub mod render;
+pub mod sitetest;
+pub mod snippets;
 pub mod source;
 pub mod store;
 pub mod translate;

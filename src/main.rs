@@ -85,6 +85,7 @@ fn main() -> ExitCode {
             init_logging("info");
             block_on(demo(args))
         }
+        Command::Test(args) => site_test(&args),
         Command::Check(args) => {
             let output = match run_pipeline(&args.manifests, &args.pipeline) {
                 Ok(o) => o,
@@ -114,6 +115,36 @@ fn main() -> ExitCode {
                     ExitCode::from(exit::ENVIRONMENT)
                 }
             }
+        }
+    }
+}
+
+/// `portcullis test`: runs every case, one line each, then `N passed, M failed`.
+fn site_test(args: &portcullis::cli::TestArgs) -> ExitCode {
+    // The flags again, as clap matches: a case's `args` file overrides only the flags it names.
+    let matches = match <Cli as clap::CommandFactory>::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
+    };
+    let Some(base) = matches.subcommand_matches("test") else {
+        return ExitCode::from(2);
+    };
+    let each = |case: &portcullis::sitetest::CaseResult| print_out(&case.report());
+    match portcullis::sitetest::run(&args.dir, base, each) {
+        Ok(summary) => {
+            println_out(&summary.to_string());
+            if summary.failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(exit::INPUT)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(exit::INPUT)
         }
     }
 }

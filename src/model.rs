@@ -91,6 +91,10 @@ pub struct Listen {
 pub struct GlobalSettings {
     /// `timeout <name> <ms>`, by HAProxy timeout name (`client`, `http-request`, ...).
     pub timeouts: BTreeMap<String, u64>,
+    /// Raw lines for the `global` section (`global-config-snippet`), already checked.
+    pub config_snippet: Vec<String>,
+    /// Raw lines for the HTTP and HTTPS frontends (`frontend-config-snippet`), already checked.
+    pub frontend_snippet: Vec<String>,
 }
 
 /// The routing maps. Keys are `host` + `path` (`host` empty for rules without a host, `*.`
@@ -167,6 +171,8 @@ pub struct BackendSettings {
     pub slots_block: u32,
     /// `stick on src` with a stick table (shared with the peers when there are any).
     pub source_persistence: Option<SourcePersistence>,
+    /// Raw lines for the backend (`backend-config-snippet`), already checked.
+    pub config_snippet: Vec<String>,
 }
 
 impl Default for BackendSettings {
@@ -183,6 +189,7 @@ impl Default for BackendSettings {
             forwarded_for: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
             source_persistence: None,
+            config_snippet: Vec::new(),
         }
     }
 }

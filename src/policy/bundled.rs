@@ -8,6 +8,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     ),
     ("check.rhai", include_str!("../../scripts/check.rhai")),
     (
+        "config-snippets.rhai",
+        include_str!("../../scripts/config-snippets.rhai"),
+    ),
+    (
         "forwarded-for.rhai",
         include_str!("../../scripts/forwarded-for.rhai"),
     ),

@@ -12,6 +12,7 @@ use rhai::{Array, Dynamic, Engine, INT, Map};
 
 use crate::diagnostics::{Diagnostic, Severity, Subject};
 use crate::objects::ObjectRef;
+use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
 
 /// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
@@ -80,7 +81,13 @@ struct Inner {
     /// Shared with contexts derived by `without`, so their reports reach the hook's caller.
     diagnostics: Arc<Mutex<Vec<Diagnostic>>>,
     script: Arc<Mutex<String>>,
+    snippets: SnippetPolicy,
 }
+
+/// Raw config lines that passed [`crate::snippets`]' checks for where they were written. Only
+/// `ctx.snippet(..)` makes one: a script cannot turn a string into a snippet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snippet(pub Vec<String>);
 
 impl HookContext {
     pub fn new(
@@ -95,8 +102,28 @@ impl HookContext {
                 facts,
                 diagnostics: Arc::new(Mutex::new(Vec::new())),
                 script: Arc::new(Mutex::new(String::new())),
+                snippets: SnippetPolicy::default(),
             }),
         }
+    }
+
+    /// Sets who may write config snippets (none by default).
+    pub fn with_snippets(mut self, policy: SnippetPolicy) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => inner.snippets = policy,
+            None => {
+                let i = &self.inner;
+                self.inner = Arc::new(Inner {
+                    subject: i.subject.clone(),
+                    sources: i.sources.clone(),
+                    facts: i.facts.clone(),
+                    diagnostics: i.diagnostics.clone(),
+                    script: i.script.clone(),
+                    snippets: policy,
+                });
+            }
+        }
+        self
     }
 
     pub fn subject(&self) -> &ObjectRef {
@@ -147,6 +174,31 @@ impl HookContext {
             }
         }
         None
+    }
+
+    /// A raw config snippet, checked for where it was written (ConfigMap or annotation) under
+    /// the administrator's policy; refused ones are reported like any bad value.
+    fn get_snippet(&mut self, name: Dynamic) -> Dynamic {
+        let names = names(name);
+        for source in &self.inner.sources {
+            let origin = if source.prefixed {
+                Origin::Annotation
+            } else {
+                Origin::ConfigMap
+            };
+            for (raw, field) in source.lookup(&names) {
+                match snippets::parse(raw, origin, self.inner.snippets) {
+                    Ok(lines) => return Dynamic::from(Snippet(lines)),
+                    Err(e) => self.record(
+                        Severity::Error,
+                        &source.object,
+                        field,
+                        format!("{e}; snippet ignored"),
+                    ),
+                }
+            }
+        }
+        Dynamic::UNIT
     }
 
     fn has(&mut self, name: Dynamic) -> bool {
@@ -260,6 +312,7 @@ impl HookContext {
                 facts: self.inner.facts.clone(),
                 diagnostics: self.inner.diagnostics.clone(),
                 script: self.inner.script.clone(),
+                snippets: self.inner.snippets,
             }),
         }
     }
@@ -370,6 +423,7 @@ pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
 pub(crate) fn register(engine: &mut Engine) {
     engine
         .register_type_with_name::<HookContext>("Context")
+        .register_type_with_name::<Snippet>("Snippet")
         .register_get("kind", |c: &mut HookContext| {
             c.subject().kind.as_str().to_string()
         })
@@ -393,6 +447,7 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("path", HookContext::get_path)
         .register_fn("rewrite", HookContext::get_rewrite)
         .register_fn("http_check", HookContext::get_http_check)
+        .register_fn("snippet", HookContext::get_snippet)
         .register_fn("warn", HookContext::warn)
         .register_fn("without", HookContext::without)
         .register_fn("ignore_on", HookContext::ignore_on);

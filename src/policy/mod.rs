@@ -357,4 +357,40 @@ mod tests {
             "{msg}"
         );
     }
+
+    #[test]
+    fn snippets_come_only_from_the_accessor_and_only_when_allowed() {
+        let engine = PolicyEngine::compile(vec![
+            source(
+                "smuggle.rhai",
+                r#"fn backend(ctx) { #{ config_snippet: "lua-load /tmp/x.lua" } }"#,
+            ),
+            source(
+                "snippet.rhai",
+                r#"fn backend(ctx) { let s = ctx.snippet("backend-config-snippet"); if s != () { #{ config_snippet: s } } }"#,
+            ),
+        ])
+        .unwrap();
+        let annotated = || service_ctx(&[("haproxy.org/backend-config-snippet", "option httplog")]);
+        let mut diags = Diagnostics::new();
+        let out = engine.run_backend(&annotated(), &mut diags);
+        assert!(out.config_snippet.is_empty(), "off by default");
+        let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
+        assert!(
+            msgs.iter().any(|m| m.contains("expected a snippet")),
+            "{msgs:?}"
+        );
+        assert!(
+            msgs.iter().any(|m| m.contains("--allow-config-snippets")),
+            "{msgs:?}"
+        );
+
+        let policy = crate::snippets::SnippetPolicy {
+            allow: true,
+            in_annotations: true,
+        };
+        let mut diags = Diagnostics::new();
+        let out = engine.run_backend(&annotated().with_snippets(policy), &mut diags);
+        assert_eq!(out.config_snippet, ["option httplog"]);
+    }
 }

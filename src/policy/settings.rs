@@ -51,11 +51,15 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
     let mut errors = Vec::new();
     for (key, value) in map {
         let key = key.as_str();
-        let result = match GLOBAL_TIMEOUTS.iter().find(|(k, _)| *k == key) {
-            Some((_, name)) => duration_ms(value).map(|ms| {
-                out.timeouts.insert(name.to_string(), ms);
-            }),
-            None => Err(unknown_key(key, "global")),
+        let result = match key {
+            "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
+            "frontend_snippet" => snippet(value).map(|s| out.frontend_snippet = s),
+            _ => match GLOBAL_TIMEOUTS.iter().find(|(k, _)| *k == key) {
+                Some((_, name)) => duration_ms(value).map(|ms| {
+                    out.timeouts.insert(name.to_string(), ms);
+                }),
+                None => Err(unknown_key(key, "global")),
+            },
         };
         if let Err(e) = result {
             errors.push((key.to_string(), e));
@@ -82,6 +86,7 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
                 .map(|p| out.server_proto = (p == "h2").then_some(p)),
             "forwarded_for" => boolean(value).map(|b| out.forwarded_for = b),
             "slots_block" => int(value, 1, 1000).map(|n| out.slots_block = n as u32),
+            "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "source_ip_persistence" => {
                 source_persistence(value).map(|p| out.source_persistence = Some(p))
             }
@@ -247,6 +252,21 @@ fn http_check(v: &Dynamic) -> Result<HttpCheck, String> {
     })
 }
 
+/// Only a value made by `ctx.snippet(..)` is a snippet: a string from a script is refused, so
+/// no script can write raw config past the snippet policy.
+fn snippet(value: &Dynamic) -> Result<Vec<String>, String> {
+    value
+        .clone()
+        .try_cast::<super::context::Snippet>()
+        .map(|s| s.0)
+        .ok_or_else(|| {
+            format!(
+                "expected a snippet from ctx.snippet(..), got a {}",
+                value.type_name()
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,3 +285,4 @@ mod tests {
         assert_eq!(keys, ["balance", "nonsense"]);
     }
 }
+

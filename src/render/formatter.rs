@@ -52,6 +52,14 @@ pub(crate) fn quote(value: &str) -> Result<Value, Error> {
     Ok(Value::from_safe_string(format!("'{value}'")))
 }
 
+/// `{{ line|snippet }}`: a raw config line, printed only if it passes the snippet checks
+/// again here, so that no template can print unchecked text this way.
+pub(crate) fn snippet(value: &str) -> Result<Value, Error> {
+    crate::snippets::check_line(value)
+        .map_err(|e| error(&format!("refusing snippet line {value:?}: {e}")))?;
+    Ok(Value::from_safe_string(value.trim().to_string()))
+}
+
 fn refuse_bypass(_value: Value) -> Result<Value, Error> {
     Err(error(
         "the safe and escape filters are disabled in Portcullis templates; use q for quoted text",
@@ -62,6 +70,7 @@ fn refuse_bypass(_value: Value) -> Result<Value, Error> {
 pub fn register(env: &mut minijinja::Environment<'static>) {
     env.set_formatter(guard);
     env.add_filter("q", quote);
+    env.add_filter("snippet", snippet);
     env.add_filter("safe", refuse_bypass);
     env.add_filter("escape", refuse_bypass);
     env.add_filter("e", refuse_bypass);

@@ -46,6 +46,8 @@ pub struct TranslateConfig {
     pub runtime_socket: Option<String>,
     /// This controller's pod, for the peers section.
     pub identity: peers::Identity,
+    /// Who may write raw config snippets (off unless an administrator turns them on).
+    pub snippets: crate::snippets::SnippetPolicy,
 }
 
 impl Default for TranslateConfig {
@@ -70,6 +72,7 @@ impl Default for TranslateConfig {
                 peer_port: 10000,
                 ..peers::Identity::default()
             },
+            snippets: crate::snippets::SnippetPolicy::default(),
         }
     }
 }
@@ -133,7 +136,8 @@ pub fn translate(
             subject,
             t.config_map.iter().cloned().collect(),
             BTreeMap::new(),
-        );
+        )
+        .with_snippets(config.snippets);
         policy.run_global(&ctx, &mut t.diags)
     };
     if let Some(key) = &config.default_backend_service {
@@ -411,7 +415,8 @@ impl Translator<'_> {
                     ("path", parsed.clone()),
                     ("path_type", kind.as_str().to_string()),
                 ]);
-                let ctx = HookContext::new(object.clone(), sources.clone(), facts);
+                let ctx = HookContext::new(object.clone(), sources.clone(), facts)
+                    .with_snippets(self.config.snippets);
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
                 let decision = (
                     outcome.ssl_redirect.unwrap_or(false),
@@ -664,7 +669,7 @@ impl Translator<'_> {
         }
         sources.extend(self.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
-        let ctx = HookContext::new(service_ref, sources, facts);
+        let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
         let settings = self.policy.run_backend(&ctx, &mut self.diags);
 
         let endpoints = match &build.port.external {
