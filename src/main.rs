@@ -41,15 +41,27 @@ fn main() -> ExitCode {
             command: ListCommand::List,
             scripts_dir,
         } => list(
-            portcullis::policy::PolicyEngine::load(scripts_dir.as_deref())
-                .map(|e| e.scripts().cloned().collect::<Vec<_>>()),
+            portcullis::policy::PolicyEngine::load(scripts_dir.as_deref()).map(|e| {
+                e.declarations()
+                    .map(|(f, d)| {
+                        (
+                            f.clone(),
+                            format!("{:<8}  {:<20}", d.risk.as_str(), d.scope_text()),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }),
         ),
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
         } => list(
-            portcullis::render::Renderer::load(templates_dir.as_deref())
-                .map(|r| r.templates().to_vec()),
+            portcullis::render::Renderer::load(templates_dir.as_deref()).map(|r| {
+                r.templates()
+                    .iter()
+                    .map(|f| (f.clone(), String::new()))
+                    .collect()
+            }),
         ),
         Command::Version => {
             println_out(&format!("portcullis {}", env!("CARGO_PKG_VERSION")));
@@ -149,15 +161,21 @@ fn site_test(args: &portcullis::cli::TestArgs) -> ExitCode {
     }
 }
 
-/// Prints the effective files of a layered set, or the reasons it does not load.
+/// Prints the effective files of a layered set (name, a detail column such as a script's risk
+/// and scope, layer), or the reasons it does not load.
 fn list<E: std::fmt::Display>(
-    files: Result<Vec<portcullis::layers::SourceFile>, Vec<E>>,
+    files: Result<Vec<(portcullis::layers::SourceFile, String)>, Vec<E>>,
 ) -> ExitCode {
     match files {
         Ok(files) => {
-            let width = files.iter().map(|f| f.name.len()).max().unwrap_or(0);
-            for f in files {
-                println_out(&format!("{:<width$}  {}", f.name, f.layer));
+            let width = files.iter().map(|(f, _)| f.name.len()).max().unwrap_or(0);
+            for (f, detail) in files {
+                let detail = if detail.is_empty() {
+                    String::new()
+                } else {
+                    format!("{detail}  ")
+                };
+                println_out(&format!("{:<width$}  {detail}{}", f.name, f.layer));
             }
             ExitCode::SUCCESS
         }

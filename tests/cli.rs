@@ -72,7 +72,11 @@ fn template_syntax_error_names_file_and_line() {
 #[test]
 fn script_compile_error_names_the_site_file() {
     let site = tempfile::tempdir().unwrap();
-    std::fs::write(site.path().join("mine.rhai"), "fn backend(ctx) { let = ; }").unwrap();
+    std::fs::write(
+        site.path().join("mine.rhai"),
+        "// Scope: backend\n// Risk: low\nfn backend(ctx) { let = ; }",
+    )
+    .unwrap();
     let out = portcullis(&[
         "render",
         "--manifests",
@@ -82,7 +86,7 @@ fn script_compile_error_names_the_site_file() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("mine.rhai: line 1"),
+        text(&out.stderr).contains("mine.rhai: line 3"),
         "{}",
         text(&out.stderr)
     );
@@ -162,8 +166,16 @@ fn version_prints_the_crate_version() {
 #[test]
 fn scripts_and_templates_list_name_their_layer() {
     let site = tempfile::tempdir().unwrap();
-    std::fs::write(site.path().join("check.rhai"), "fn backend(ctx) { #{} }").unwrap();
-    std::fs::write(site.path().join("zz-mine.rhai"), "fn route(ctx) { #{} }").unwrap();
+    std::fs::write(
+        site.path().join("check.rhai"),
+        "// Scope: backend\n// Risk: low\nfn backend(ctx) { #{} }",
+    )
+    .unwrap();
+    std::fs::write(
+        site.path().join("zz-mine.rhai"),
+        "// Scope: route\n// Risk: medium\nfn route(ctx) { #{} }",
+    )
+    .unwrap();
     let out = portcullis(&[
         "scripts",
         "list",
@@ -181,6 +193,11 @@ fn scripts_and_templates_list_name_their_layer() {
     };
     assert!(line("check.rhai").contains("site ("));
     assert!(line("zz-mine.rhai").contains("site ("));
+    assert!(line("zz-mine.rhai").contains(" medium "), "risk shown");
+    assert!(
+        line("config-snippets.rhai").contains(" critical "),
+        "risk shown"
+    );
     assert!(line("load-balance.rhai").ends_with("bundled"));
     let out = portcullis(&["templates", "list"]);
     assert!(

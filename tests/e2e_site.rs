@@ -43,6 +43,7 @@ impl ConfigMapVolume<'_> {
 fn header_script(value: &str) -> String {
     format!(
         "// site: tag every response of Ingresses annotated example.com/tagged.\n\
+         // Scope: route\n// Risk: low\n\
          fn route(ctx) {{\n    if ctx.bool(\"tagged\") == true {{\n        #{{ response_headers: [[\"X-Site\", \"{value}\"]] }}\n    }}\n}}\n"
     )
 }
@@ -56,7 +57,10 @@ fn site_scripts_from_a_configmap_volume_are_hot_and_fail_safe() {
         dir: &site,
         version: 0,
     };
-    volume.publish(&[("readme.rhai", "// nothing yet\n")]);
+    volume.publish(&[(
+        "readme.rhai",
+        "// nothing yet\n// Scope: route\n// Risk: low\n",
+    )]);
     let web = h.backend(NS, "web");
     h.write("web.yaml", &web);
     let ingress = ingress(
@@ -80,7 +84,10 @@ fn site_scripts_from_a_configmap_volume_are_hot_and_fail_safe() {
     // A new script appears: within 2 s every response carries the header.
     let published = Instant::now();
     volume.publish(&[
-        ("readme.rhai", "// nothing yet\n"),
+        (
+            "readme.rhai",
+            "// nothing yet\n// Scope: route\n// Risk: low\n",
+        ),
         ("tag.rhai", &header_script("v1")),
     ]);
     wait_until(Duration::from_secs(2), "the new script applies", || {
@@ -90,22 +97,31 @@ fn site_scripts_from_a_configmap_volume_are_hot_and_fail_safe() {
 
     // A syntax error: the last good script stays in force, and /readyz names file and line.
     volume.publish(&[
-        ("readme.rhai", "// nothing yet\n"),
-        ("tag.rhai", "fn route(ctx) {\n    let = ;\n}\n"),
+        (
+            "readme.rhai",
+            "// nothing yet\n// Scope: route\n// Risk: low\n",
+        ),
+        (
+            "tag.rhai",
+            "// Scope: route\n// Risk: low\nfn route(ctx) {\n    let = ;\n}\n",
+        ),
     ]);
     wait_until(APPLY_TIMEOUT, "the error is reported", || {
         h.readyz().is_some_and(|(status, r)| {
             status == 200
                 && r["site_error"]
                     .as_str()
-                    .is_some_and(|e| e.contains("tag.rhai") && e.contains("line 2"))
+                    .is_some_and(|e| e.contains("tag.rhai") && e.contains("line 4"))
         })
     });
     assert_eq!(h.get("site.example.com", "/").header("x-site"), Some("v1"));
 
     // The fix applies; the process never restarted.
     volume.publish(&[
-        ("readme.rhai", "// nothing yet\n"),
+        (
+            "readme.rhai",
+            "// nothing yet\n// Scope: route\n// Risk: low\n",
+        ),
         ("tag.rhai", &header_script("v2")),
     ]);
     wait_until(APPLY_TIMEOUT, "the fixed script applies", || {

@@ -259,7 +259,8 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("evil.rhai"),
-        r#"
+        r#"// Scope: backend, route
+        // Risk: low
         fn backend(ctx) { #{ balance: "roundrobin\n  lua-load /PWN", maxconn: 10 } }
         fn route(ctx) { #{ request_headers: [["X-A", "b' lua-load /PWN '"]], set_host: "a.com" } }
         "#,

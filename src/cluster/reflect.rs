@@ -70,6 +70,10 @@ impl WatchSpec {
         if let Some(f) = &self.field_selector {
             s.push_str(&format!(" ({f})"));
         }
+        // Only narrowed watches name their label selector (the EndpointSlices of one Service).
+        if let Some(l) = self.label_selector.as_deref().filter(|l| l.contains('=')) {
+            s.push_str(&format!(" ({l})"));
+        }
         s
     }
 }
@@ -551,7 +555,7 @@ mod tests {
                 "Secret in web",
                 "TCP in web",
                 "Service in ingress (metadata.name=default-backend)",
-                "EndpointSlice in ingress",
+                "EndpointSlice in ingress (kubernetes.io/service-name=default-backend)",
                 "ConfigMap in ingress (metadata.name=portcullis)",
                 "Pod in ingress",
             ]

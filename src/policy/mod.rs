@@ -22,6 +22,23 @@ pub use settings::RouteOutcome;
 
 /// Operations one hook call may perform before it is stopped.
 pub const MAX_OPERATIONS_PER_CALL: u64 = 100_000;
+/// Operations all hook calls of one pipeline run may perform together. Counting operations,
+/// not time, keeps the result the same on every replica however busy its machine is.
+pub const MAX_OPERATIONS_PER_RUN: u64 = 200_000_000;
+/// Wall-clock cap of one hook call: a safety net for work that operations do not count well
+/// (a huge string built in few steps). Far above what any sane hook needs (microseconds), so
+/// only an already-broken script can hit it, the one case where replicas may then differ.
+pub const MAX_CALL_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+
+thread_local! {
+    /// When the hook call running on this thread started, and how many operations it has
+    /// used; read by the engine's progress callback. A pipeline run is one thread.
+    static CALL: std::cell::Cell<(Option<std::time::Instant>, u64)> =
+        const { std::cell::Cell::new((None, 0)) };
+    /// Operations used by the pipeline run on this thread so far, and its budget.
+    static RUN_OPERATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    static RUN_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(MAX_OPERATIONS_PER_RUN) };
+}
 
 /// The hook points scripts can implement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,6 +76,111 @@ pub enum PolicyError {
     },
 }
 
+/// How much harm a script can do if it is wrong or abused, as its author declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Risk {
+    /// Cosmetic or bounded: headers, timeouts, balance algorithm.
+    Low,
+    /// Changes who reaches what, or load on the pods: access lists, rewrites, redirects.
+    Medium,
+    /// Changes security properties: TLS to the pods, authentication, persistence.
+    High,
+    /// Can change the configuration almost arbitrarily: raw config snippets.
+    Critical,
+}
+
+impl Risk {
+    fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "low" => Some(Risk::Low),
+            "medium" => Some(Risk::Medium),
+            "high" => Some(Risk::High),
+            "critical" => Some(Risk::Critical),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+            Risk::Critical => "critical",
+        }
+    }
+}
+
+/// What a script declares in its header comment: `// Scope: backend, route` and
+/// `// Risk: low`. Both are required, so that an operator reviewing a site layer sees at a
+/// glance what each script can touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    pub scope: Vec<Hook>,
+    pub risk: Risk,
+}
+
+impl Declaration {
+    /// Reads the declaration from the script's leading comment lines.
+    fn parse(text: &str) -> Result<Self, String> {
+        let mut scope = None;
+        let mut risk = None;
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() {
+                continue;
+            }
+            let Some(comment) = line.strip_prefix("//") else {
+                break;
+            };
+            let comment = comment.trim();
+            let Some((key, value)) = comment.split_once(':') else {
+                continue;
+            };
+            match key.trim().to_ascii_lowercase().as_str() {
+                "scope" => {
+                    let mut hooks = Vec::new();
+                    for word in value.split(',').map(str::trim) {
+                        let hook = Hook::ALL
+                            .into_iter()
+                            .find(|h| h.function_name() == word)
+                            .ok_or_else(|| {
+                                format!("Scope: {word:?} is not one of global, backend, route")
+                            })?;
+                        hooks.push(hook);
+                    }
+                    hooks.sort();
+                    hooks.dedup();
+                    scope = Some(hooks);
+                }
+                "risk" => {
+                    risk = Some(Risk::parse(value).ok_or_else(|| {
+                        format!(
+                            "Risk: {:?} is not one of low, medium, high, critical",
+                            value.trim()
+                        )
+                    })?);
+                }
+                _ => {}
+            }
+        }
+        match (scope, risk) {
+            (Some(scope), Some(risk)) => Ok(Self { scope, risk }),
+            _ => Err(
+                "the header must declare `// Scope: <global|backend|route>[, ...]` and `// Risk: <low|medium|high|critical>`"
+                    .to_string(),
+            ),
+        }
+    }
+
+    pub fn scope_text(&self) -> String {
+        self.scope
+            .iter()
+            .map(|h| h.function_name())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 /// A compiled script.
 #[derive(Debug)]
 struct Script {
@@ -66,6 +188,7 @@ struct Script {
     display: String,
     ast: AST,
     hooks: Vec<Hook>,
+    declaration: Declaration,
 }
 
 /// The compiled, effective set of scripts and the sandboxed engine that runs them.
@@ -73,6 +196,7 @@ struct Script {
 pub struct PolicyEngine {
     engine: Engine,
     scripts: Vec<Script>,
+    run_budget: u64,
 }
 
 impl PolicyEngine {
@@ -90,20 +214,44 @@ impl PolicyEngine {
         let mut errors = Vec::new();
         for source in files {
             let display = source.display_name("scripts");
+            let declaration = match Declaration::parse(&source.text) {
+                Ok(d) => d,
+                Err(message) => {
+                    errors.push(PolicyError::ScriptCompile {
+                        file: display,
+                        line: 1,
+                        message,
+                    });
+                    continue;
+                }
+            };
             match engine.compile(&source.text) {
                 Ok(ast) => {
-                    let hooks = Hook::ALL
+                    let hooks: Vec<Hook> = Hook::ALL
                         .into_iter()
                         .filter(|h| {
                             ast.iter_functions()
                                 .any(|f| f.name == h.function_name() && f.params.len() == 1)
                         })
                         .collect();
+                    if let Some(h) = hooks.iter().find(|h| !declaration.scope.contains(h)) {
+                        errors.push(PolicyError::ScriptCompile {
+                            file: display,
+                            line: 1,
+                            message: format!(
+                                "defines {}() but declares `Scope: {}`",
+                                h.function_name(),
+                                declaration.scope_text()
+                            ),
+                        });
+                        continue;
+                    }
                     scripts.push(Script {
                         source,
                         display,
                         ast,
                         hooks,
+                        declaration,
                     });
                 }
                 Err(e) => errors.push(PolicyError::ScriptCompile {
@@ -114,7 +262,11 @@ impl PolicyEngine {
             }
         }
         if errors.is_empty() {
-            Ok(Self { engine, scripts })
+            Ok(Self {
+                engine,
+                scripts,
+                run_budget: MAX_OPERATIONS_PER_RUN,
+            })
         } else {
             Err(errors)
         }
@@ -123,6 +275,23 @@ impl PolicyEngine {
     /// The effective script files, in evaluation order.
     pub fn scripts(&self) -> impl Iterator<Item = &SourceFile> {
         self.scripts.iter().map(|s| &s.source)
+    }
+
+    /// Starts a pipeline run's operation budget (on this thread).
+    pub fn begin_run(&self) {
+        RUN_OPERATIONS.with(|r| r.set(0));
+        RUN_BUDGET.with(|b| b.set(self.run_budget));
+    }
+
+    /// Changes the per-run operation budget (tests use a small one).
+    pub fn with_run_budget(mut self, operations: u64) -> Self {
+        self.run_budget = operations;
+        self
+    }
+
+    /// The effective script files with their declared scope and risk.
+    pub fn declarations(&self) -> impl Iterator<Item = (&SourceFile, &Declaration)> {
+        self.scripts.iter().map(|s| (&s.source, &s.declaration))
     }
 
     pub fn run_global(&self, ctx: &HookContext, diags: &mut Diagnostics) -> GlobalSettings {
@@ -158,13 +327,26 @@ impl PolicyEngine {
     ) {
         for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
             ctx.set_script(&script.display);
-            let result = self.engine.call_fn_with_options::<Dynamic>(
-                CallFnOptions::new().eval_ast(false).rewind_scope(true),
-                &mut Scope::new(),
-                &script.ast,
-                hook.function_name(),
-                (ctx.clone(),),
-            );
+            CALL.with(|c| c.set((Some(std::time::Instant::now()), 0)));
+            // A panic inside the engine or an accessor must only cost this object its settings.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.engine.call_fn_with_options::<Dynamic>(
+                    CallFnOptions::new().eval_ast(false).rewind_scope(true),
+                    &mut Scope::new(),
+                    &script.ast,
+                    hook.function_name(),
+                    (ctx.clone(),),
+                )
+            }));
+            let used = CALL.with(|c| c.replace((None, 0)).1);
+            RUN_OPERATIONS.with(|r| r.set(r.get().saturating_add(used)));
+            let result = match result {
+                Ok(r) => r,
+                Err(_) => Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
+                    "the script panicked".into(),
+                    rhai::Position::NONE,
+                ))),
+            };
             for d in ctx.take_diagnostics() {
                 diags.push(d);
             }
@@ -190,14 +372,41 @@ impl PolicyEngine {
                 },
                 Err(e) => {
                     let line = e.position().line().unwrap_or(0);
+                    let reason = match e.unwrap_inner() {
+                        rhai::EvalAltResult::ErrorTerminated(token, _) => {
+                            format!("stopped: {token}")
+                        }
+                        other => other.to_string(),
+                    };
                     diags.push(script_error(format!(
-                        "line {line}: {}; this script's settings are not applied to this object",
-                        e.unwrap_inner()
+                        "line {line}: {reason}; this script's settings are not applied to this object"
                     )));
                 }
             }
         }
     }
+}
+
+/// Stops a hook call past the run's operation budget or the wall-clock cap (the per-call
+/// operation limit is the engine's own).
+fn progress(operations: u64) -> Option<Dynamic> {
+    let (started, _) = CALL.with(|c| {
+        let (started, _) = c.get();
+        c.set((started, operations));
+        c.get()
+    });
+    let budget = RUN_BUDGET.with(std::cell::Cell::get);
+    if RUN_OPERATIONS
+        .with(std::cell::Cell::get)
+        .saturating_add(operations)
+        > budget
+    {
+        return Some("the pipeline run's operation budget is exhausted".into());
+    }
+    if operations % 1024 == 0 && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
+        return Some(format!("the call ran longer than {}s", MAX_CALL_TIME.as_secs()).into());
+    }
+    None
 }
 
 /// An engine with no way out: no `eval`, no modules, bounded operations, call depth and sizes.
@@ -212,6 +421,7 @@ fn sandboxed_engine() -> Engine {
         .set_max_map_size(10_000)
         .set_max_variables(1_000)
         .set_max_functions(256)
+        .on_progress(progress)
         .on_print(|_| {})
         .on_debug(|_, _, _| {});
     engine.disable_symbol("eval");
@@ -228,12 +438,52 @@ mod tests {
     use crate::layers::Layer;
     use crate::objects::{Key, Kind, ObjectRef};
 
+    /// A test script; its declaration is added unless it has one.
     fn source(name: &str, text: &str) -> SourceFile {
+        let text = if text.contains("// Risk:") {
+            text.to_string()
+        } else {
+            format!("// Scope: global, backend, route\n// Risk: low\n{text}")
+        };
         SourceFile {
             name: name.into(),
             layer: Layer::Bundled,
-            text: text.into(),
+            text,
         }
+    }
+
+    #[test]
+    fn scripts_must_declare_scope_and_risk_and_stay_in_scope() {
+        let missing = PolicyEngine::compile(vec![source(
+            "bare.rhai",
+            "// Risk: low\nfn backend(ctx) { #{} }",
+        )])
+        .unwrap_err();
+        assert!(missing[0].to_string().contains("Scope:"), "{}", missing[0]);
+        let outside = PolicyEngine::compile(vec![source(
+            "wide.rhai",
+            "// Scope: route\n// Risk: low\nfn backend(ctx) { #{} }",
+        )])
+        .unwrap_err();
+        assert!(
+            outside[0]
+                .to_string()
+                .contains("defines backend() but declares `Scope: route`"),
+            "{}",
+            outside[0]
+        );
+        let bad_risk = PolicyEngine::compile(vec![source(
+            "r.rhai",
+            "// Scope: route\n// Risk: whatever\nfn route(ctx) { #{} }",
+        )])
+        .unwrap_err();
+        assert!(bad_risk[0].to_string().contains("Risk:"), "{}", bad_risk[0]);
+        let engine = PolicyEngine::load(None).unwrap();
+        let snippets = engine
+            .declarations()
+            .find(|(f, _)| f.name == "config-snippets.rhai")
+            .unwrap();
+        assert_eq!(snippets.1.risk, Risk::Critical);
     }
 
     fn service_ctx(annotations: &[(&str, &str)]) -> HookContext {
@@ -392,5 +642,53 @@ mod tests {
         let mut diags = Diagnostics::new();
         let out = engine.run_backend(&annotated().with_snippets(policy), &mut diags);
         assert_eq!(out.config_snippet, ["option httplog"]);
+    }
+
+    #[test]
+    fn the_run_budget_stops_a_run_and_the_next_run_starts_afresh() {
+        let engine = PolicyEngine::compile(vec![source(
+            "busy.rhai",
+            "fn backend(ctx) { let n = 0; for i in 0..2000 { n += i; } #{ check: true } }",
+        )])
+        .unwrap()
+        .with_run_budget(30_000);
+        for _ in 0..2 {
+            engine.begin_run();
+            let mut applied = 0;
+            let mut stopped = Vec::new();
+            for _ in 0..6 {
+                let mut diags = Diagnostics::new();
+                if engine.run_backend(&service_ctx(&[]), &mut diags).check {
+                    applied += 1;
+                }
+                stopped.extend(diags.iter().map(|d| d.to_string()));
+            }
+            assert!((1..6).contains(&applied), "applied {applied} of 6");
+            assert!(
+                stopped
+                    .iter()
+                    .all(|m| m.contains("operation budget is exhausted")),
+                "{stopped:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_call_past_the_wall_clock_cap_is_stopped() {
+        CALL.with(|c| {
+            c.set((
+                Some(
+                    std::time::Instant::now()
+                        - MAX_CALL_TIME
+                        - std::time::Duration::from_millis(10),
+                ),
+                0,
+            ));
+        });
+        RUN_OPERATIONS.with(|r| r.set(0));
+        assert!(progress(1023).is_none(), "checked every 1024 operations");
+        let stop = progress(2048).map(|d| d.to_string()).unwrap_or_default();
+        assert!(stop.contains("longer than"), "{stop}");
+        CALL.with(|c| c.set((None, 0)));
     }
 }

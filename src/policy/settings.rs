@@ -285,4 +285,3 @@ mod tests {
         assert_eq!(keys, ["balance", "nonsense"]);
     }
 }
-

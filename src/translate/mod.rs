@@ -127,6 +127,7 @@ pub fn translate(
         default_backend: None,
     };
     t.load_config_map();
+    policy.begin_run();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
             || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
