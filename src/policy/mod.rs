@@ -123,6 +123,13 @@ pub struct Declaration {
 impl Declaration {
     /// Reads the declaration from the script's leading comment lines.
     fn parse(text: &str) -> Result<Self, String> {
+        if text.trim().is_empty() {
+            // An empty site file switches the bundled script of that name off.
+            return Ok(Self {
+                scope: Vec::new(),
+                risk: Risk::Low,
+            });
+        }
         let mut scope = None;
         let mut risk = None;
         for line in text.lines().map(str::trim) {
@@ -173,6 +180,9 @@ impl Declaration {
     }
 
     pub fn scope_text(&self) -> String {
+        if self.scope.is_empty() {
+            return "(disabled)".to_string();
+        }
         self.scope
             .iter()
             .map(|h| h.function_name())
@@ -478,6 +488,13 @@ mod tests {
         )])
         .unwrap_err();
         assert!(bad_risk[0].to_string().contains("Risk:"), "{}", bad_risk[0]);
+        let off = PolicyEngine::compile(vec![SourceFile {
+            name: "check.rhai".into(),
+            layer: Layer::Bundled,
+            text: " \n".into(),
+        }])
+        .unwrap();
+        assert_eq!(off.declarations().next().unwrap().1.scope_text(), "(disabled)");
         let engine = PolicyEngine::load(None).unwrap();
         let snippets = engine
             .declarations()
