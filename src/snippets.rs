@@ -151,10 +151,18 @@ pub fn check_line(line: &str) -> Result<(), String> {
     if let Some(c) = line.chars().find(|c| c.is_control() && *c != '\t') {
         return Err(format!("{c:?} is not allowed"));
     }
-    let text = line.trim();
-    if text.ends_with('\\') {
-        return Err("a line continuation is not allowed".to_string());
+    if line.contains('\\') {
+        // HAProxy unescapes `\` inside words (`lua\-load` is `lua-load`) and joins lines.
+        return Err("a backslash is not allowed in a snippet".to_string());
     }
+    if dollar_outside_single_quotes(line) {
+        // HAProxy expands `$NAME` from the environment outside single quotes.
+        return Err("environment variables ($NAME) are not allowed in a snippet".to_string());
+    }
+    // What HAProxy reads: the text before a comment, with quotes removed from words
+    // (`"lua-load"` and `lua-load#x` are both `lua-load`).
+    let text = without_comment(line).replace(['"', '\''], "");
+    let text = text.trim();
     let words: Vec<&str> = text.split_whitespace().collect();
     let Some(first) = words.first() else {
         return Ok(());
@@ -184,9 +192,8 @@ pub fn check_line(line: &str) -> Result<(), String> {
             return Err(format!("{pattern:?} is not allowed in a snippet"));
         }
     }
-    if dollar_outside_single_quotes(text) {
-        // HAProxy expands `$NAME` from the environment outside single quotes.
-        return Err("environment variables ($NAME) are not allowed in a snippet".to_string());
+    if text.contains("../") || text.contains("/..") {
+        return Err("path traversal (..) is not allowed in a snippet".to_string());
     }
     for pair in words.windows(2) {
         if FILE_ARGUMENTS.contains(&pair[0]) {
@@ -210,6 +217,20 @@ pub fn check_line(line: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The line up to its first `#` outside quotes.
+fn without_comment(line: &str) -> &str {
+    let (mut single, mut double) = (false, false);
+    for (i, c) in line.char_indices() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '#' if !single && !double => return &line[..i],
+            _ => {}
+        }
+    }
+    line
 }
 
 fn dollar_outside_single_quotes(text: &str) -> bool {
@@ -291,6 +312,10 @@ mod tests {
             "bind :81 crt /etc/ssl/private/key.pem",
             "http-request lua.fn",
             "http-response set-header X 'a' $HOME",
+            "program#x",
+            "\"lua-load\" /tmp/x.lua",
+            "lua\\-load x",
+            "'stats' socket /tmp/s",
         ] {
             assert!(check_line(bad).is_err(), "{bad:?} passed");
         }

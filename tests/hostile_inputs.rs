@@ -154,4 +154,37 @@ proptest! {
             }
         }
     }
+
+    /// Snippets are the one place raw text is allowed: even with every permission, a line
+    /// that passes holds no newline, control character, environment reference, Lua, program,
+    /// socket or file outside maps/ and certs/.
+    #[test]
+    fn snippets_that_pass_are_inert(v in hostile()) {
+        use portcullis::snippets::{Origin, SnippetPolicy, check_line, parse};
+        let all = SnippetPolicy { allow: true, in_annotations: true };
+        for origin in [Origin::Annotation, Origin::ConfigMap] {
+            if let Ok(lines) = parse(&v, origin, all) {
+                for line in lines {
+                    prop_assert!(check_line(&line).is_ok());
+                    prop_assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\0'), "{:?}", line);
+                    // What HAProxy would read: before a comment, quotes removed.
+                    let lower = line.to_ascii_lowercase();
+                    let code = lower.split('#').next().unwrap_or_default().replace(['"', '\''], "");
+                    for bad in ["env(", "${", "lua-load", "../"] {
+                        prop_assert!(!code.contains(bad), "{:?} passed with {:?}", line, bad);
+                    }
+                    let keyword = code.split_whitespace().next().unwrap_or_default().to_string();
+                    for denied in ["program", "setenv", "presetenv", "external-check", "insecure-fork-wanted", "global", "backend", "frontend"] {
+                        prop_assert!(keyword != denied, "{:?} passed", line);
+                    }
+                    let mut quoted = false;
+                    for c in line.chars() {
+                        if c == '\'' { quoted = !quoted; }
+                        prop_assert!(c != '$' || quoted, "unquoted $ in {:?}", line);
+                    }
+                }
+            }
+            prop_assert!(parse(&v, origin, SnippetPolicy::default()).is_err());
+        }
+    }
 }
