@@ -590,6 +590,9 @@ fn check_contains(file: &str, text: &str, want: &[(usize, String)]) -> Option<St
         .filter(|(_, l)| !l.is_empty())
         .collect();
     let want: Vec<&str> = want.iter().map(|(_, l)| l.as_str()).collect();
+    if want.is_empty() {
+        return None;
+    }
     let found = have
         .windows(want.len())
         .any(|w| w.iter().map(|(_, l)| *l).eq(want.iter().copied()));
@@ -615,23 +618,22 @@ fn check_contains(file: &str, text: &str, want: &[(usize, String)]) -> Option<St
         }
     }
     let what = if want.len() == 1 {
-        format!("this line is not in {file}:")
+        format!("this line is not in {file}")
     } else {
-        format!("these lines are not in {file}, consecutively and in this order:")
+        format!("these lines are not in {file}, consecutively and in this order")
     };
     let Some((_, start)) = best else {
         let lines: Vec<String> = want.iter().map(|w| format!("  - {w}")).collect();
-        return Some(format!("{what}\n{}", lines.join("\n")));
+        return Some(format!("{what}:\n{}", lines.join("\n")));
     };
     let end = (start + want.len() + CONTEXT).min(have.len());
     let window: Vec<&str> = have[start..end].iter().map(|(_, l)| *l).collect();
-    let mut ops = diff(&want, &window).unwrap_or_default();
-    // Rendered lines after the last expected one are not part of the mismatch.
-    while ops.last().is_some_and(|o| o.op == Op::Insert) {
-        ops.pop();
-    }
-    let first_line = have.get(start).map_or(0, |(n, _)| *n);
-    let mut text = format!("{what} (- expected, + rendered near {file} line {first_line})");
+    let ops = trim_window(diff(&want, &window).unwrap_or_default());
+    let near = ops
+        .first()
+        .and_then(|o| have.get(start + o.b))
+        .map_or(0, |(n, _)| *n);
+    let mut text = format!("{what} (- expected, + rendered, near {file} line {near}):");
     for o in &ops {
         let (mark, line) = match o.op {
             Op::Same => (' ', want[o.a]),
@@ -641,6 +643,27 @@ fn check_contains(file: &str, text: &str, want: &[(usize, String)]) -> Option<St
         text.push_str(&format!("\n  {mark} {line}"));
     }
     Some(text)
+}
+
+/// Cuts the rendered lines around a block's diff that are not part of the mismatch: those
+/// before the first expected line, and those after the last one, except as many as stand in
+/// for expected lines missing at the end.
+fn trim_window(mut ops: Vec<Edit>) -> Vec<Edit> {
+    let lead = ops.iter().take_while(|o| o.op == Op::Insert).count();
+    ops.drain(..lead);
+    let Some(last) = ops.iter().rposition(|o| o.op != Op::Insert) else {
+        return ops;
+    };
+    let keep = if ops[last].op == Op::Delete {
+        let expected = ops[..=last].iter().filter(|o| o.op != Op::Insert).count();
+        let rendered = ops[..=last].iter().filter(|o| o.op != Op::Delete).count();
+        expected.saturating_sub(rendered)
+    } else {
+        0
+    };
+    let tail = ops.len() - last - 1;
+    ops.truncate(last + 1 + keep.min(tail));
+    ops
 }
 
 /// Compares a full expected haproxy.cfg with the rendered one, line by line; `None` when they

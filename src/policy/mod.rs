@@ -494,7 +494,10 @@ mod tests {
             text: " \n".into(),
         }])
         .unwrap();
-        assert_eq!(off.declarations().next().unwrap().1.scope_text(), "(disabled)");
+        assert_eq!(
+            off.declarations().next().unwrap().1.scope_text(),
+            "(disabled)"
+        );
         let engine = PolicyEngine::load(None).unwrap();
         let snippets = engine
             .declarations()
