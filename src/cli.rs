@@ -307,6 +307,10 @@ pub struct PipelineArgs {
         requires = "allow_config_snippets"
     )]
     pub allow_config_snippets_in_annotations: bool,
+    /// Secret (NAMESPACE/NAME) whose `dynamic-cookie-key` is the key of dynamic persistence
+    /// cookies (`cookie-persistence`). Without it such cookies hold server slot names.
+    #[arg(long, env = "PORTCULLIS_DYNAMIC_COOKIE_KEY_SECRET", value_parser = Key::parse_namespaced)]
+    pub dynamic_cookie_key_secret: Option<Key>,
 }
 
 impl PipelineArgs {
@@ -344,6 +348,7 @@ impl PipelineArgs {
                 allow: self.allow_config_snippets,
                 in_annotations: self.allow_config_snippets_in_annotations,
             },
+            dynamic_cookie_key_secret: self.dynamic_cookie_key_secret.clone(),
         }
     }
 }

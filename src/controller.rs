@@ -494,8 +494,10 @@ async fn apply_output(
             .await;
     }
     report_diagnostics(&output.diagnostics, metrics);
-    let model_json = serde_json::to_string_pretty(&output.model).unwrap_or_default();
-    let config_text = output.rendered.haproxy_cfg().to_string();
+    // Shown on the admin endpoint: without password hashes (basic-auth userlists).
+    let model_json = serde_json::to_string_pretty(&crate::translate::auth::redacted(&output.model))
+        .unwrap_or_default();
+    let config_text = crate::translate::auth::redact_config(output.rendered.haproxy_cfg());
     let diagnostics = output.diagnostics.len();
     metrics
         .apply_duration

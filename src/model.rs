@@ -19,6 +19,8 @@ pub struct Model {
     pub global: GlobalSettings,
     /// HTTP routing tables, looked up by host+path (see `docs/architecture.md`).
     pub maps: RouteMaps,
+    /// Route rules applied in the frontends: request captures and canary routes.
+    pub frontend_rules: FrontendRules,
     /// Redirect codes used by `ssl-redirect`, one frontend rule each.
     pub redirect_codes: Vec<u16>,
     /// Service backends, sorted by name.
@@ -33,6 +35,8 @@ pub struct Model {
     pub tcp: Vec<TcpService>,
     /// Their TCP-mode backends (`tcp_<namespace>_<service>_<port>`), sorted by name.
     pub tcp_backends: Vec<Backend>,
+    /// `userlist` sections for basic authentication, one per Secret, sorted by name.
+    pub userlists: Vec<Userlist>,
 }
 
 /// A TCP-mode frontend.
@@ -76,6 +80,34 @@ pub struct SourcePersistence {
     /// Entries, as HAProxy writes sizes: `1m`, `100k` or a plain number.
     pub size: String,
     pub expire_ms: u64,
+}
+
+/// Cookie persistence (`cookie-persistence`, `cookie-persistence-no-dynamic`): HAProxy
+/// inserts a cookie naming the server that answered, and sends the client back there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CookiePersistence {
+    /// The cookie's name.
+    pub name: String,
+    /// The cookie value is a hash of the server's address and port with `key` (`dynamic`), so
+    /// it follows a pod whatever slot it has; otherwise it is the server slot's name.
+    pub dynamic: bool,
+    /// The secret of dynamic cookies, from `--dynamic-cookie-key-secret`; always set when
+    /// `dynamic` is (translation falls back to slot names without one).
+    pub key: Option<String>,
+}
+
+/// Per-client request rate limit of a route policy (`rate-limit-*`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct RateLimit {
+    /// Requests allowed per client address within `period_ms`; the next ones are refused.
+    pub requests: u64,
+    pub period_ms: u64,
+    /// Client addresses tracked, as HAProxy writes sizes: `100k`, `1m` or a plain number.
+    pub size: String,
+    /// The status code of the refusal.
+    pub status: u16,
+    /// Client addresses and blocks never limited (canonical CIDR form).
+    pub whitelist: Vec<String>,
 }
 
 /// Addresses and ports the frontends bind. Comes from flags, not from the cluster.
@@ -171,6 +203,10 @@ pub struct BackendSettings {
     pub slots_block: u32,
     /// `stick on src` with a stick table (shared with the peers when there are any).
     pub source_persistence: Option<SourcePersistence>,
+    /// `cookie <name> insert indirect nocache [dynamic]`.
+    pub cookie_persistence: Option<CookiePersistence>,
+    /// The PROXY protocol keyword on `default-server` (`send-proxy`, `send-proxy-v2`, ...).
+    pub send_proxy: Option<String>,
     /// Raw lines for the backend (`backend-config-snippet`), already checked.
     pub config_snippet: Vec<String>,
 }
@@ -189,6 +225,8 @@ impl Default for BackendSettings {
             forwarded_for: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
             source_persistence: None,
+            cookie_persistence: None,
+            send_proxy: None,
             config_snippet: Vec::new(),
         }
     }
@@ -222,12 +260,172 @@ pub struct RouteSettings {
     pub path_rewrite: Option<(String, String)>,
     pub allow_list: Vec<String>,
     pub deny_list: Vec<String>,
+    /// HTTP basic authentication (`auth-type: basic-auth`). Absent values are not serialized,
+    /// so policy ids of routes without them do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<BasicAuth>,
+    /// CORS response headers and preflight answers (`cors-enable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
+    /// `Strict-Transport-Security` on responses to HTTPS requests (`hsts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hsts: Option<Hsts>,
+    /// Left out of the serialization when absent, so that the policy ids (a hash of it) of
+    /// routes without a rate limit stay what they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// `http-request set-src hdr(<header>)`: the client address comes from this header
+    /// (`src-ip-header`). Not serialized when absent, like the fields below, so that the
+    /// policy ids of routes without them stay what they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub src_ip_header: Option<String>,
+    /// Redirect every request of the route elsewhere (`request-redirect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
+    /// Sample expressions captured into the request log (`request-capture`); applied in the
+    /// frontends (see [`FrontendRules::captures`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<RequestCapture>,
+}
+
+/// Where `request-redirect` sends the requests of a route; the request's path and query are
+/// kept.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Redirect {
+    /// `http` or `https`; none: the scheme of the request (`https` when it came over TLS).
+    pub scheme: Option<String>,
+    /// `host` or `host:port`, checked by [`crate::values::parse_redirect_target`].
+    pub host: String,
+    /// 301, 302, 303, 307 or 308.
+    pub code: u16,
+}
+
+/// `request-capture`: sample expressions logged with each request, each in a capture slot of
+/// `len` characters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct RequestCapture {
+    /// Checked by [`crate::values::parse_capture_sample`], e.g. `hdr(X-Request-ID)`.
+    pub samples: Vec<String>,
+    pub len: u32,
+}
+
+/// A `route-acl` condition: a small, checked subset of HAProxy's ACL syntax (see
+/// [`crate::values::parse_route_acl`]), rendered as `{ <fetch> [-i] [-m <method>] <values> }`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct AclCondition {
+    /// A canonical sample fetch: `req.cook(<name>)`, `req.hdr(<name>)`, `url_param(<name>)`,
+    /// `path`, `query`, `src` or `rand(<n>)`.
+    pub fetch: String,
+    /// `-i`: case-insensitive matching.
+    pub ignore_case: bool,
+    /// `found`, `str`, `beg`, `sub` or `reg`; none for `src` (address matching) and `rand`.
+    pub method: Option<String>,
+    /// The patterns (`reg`: regular expressions, printed quoted), CIDR blocks for `src`, or
+    /// an operator and an integer for `rand`.
+    pub values: Vec<String>,
+}
+
+/// Route rules that act in the frontends rather than in the backend a route leads to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct FrontendRules {
+    /// `http-request capture <sample> len <len>`, one capture slot each, for the route
+    /// policies listed; in the order routes first ask for them.
+    pub captures: Vec<FrontendCapture>,
+    /// `route-acl` canary routes, looked up before the regular routes: in order of their
+    /// canary set, then of precedence within it.
+    pub canaries: Vec<CanaryRoute>,
+}
+
+/// One capture slot of both frontends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FrontendCapture {
+    pub sample: String,
+    pub len: u32,
+    /// The route policy ids whose requests are captured.
+    pub policies: Vec<String>,
+}
+
+/// A canary route (`route-acl` on its Service): requests whose best route key carries canary
+/// set `set` (in the `~` part of the maps) go to `route` when `condition` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CanaryRoute {
+    /// `a` + 10 hex digits, a hash of the set's routes and conditions.
+    pub set: String,
+    /// The map value of the canary route: `backend` or `backend.policy`.
+    pub route: String,
+    pub condition: AclCondition,
 }
 
 impl RouteSettings {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
+}
+
+/// Basic authentication of a route against a `userlist`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct BasicAuth {
+    /// The `userlist` section: `auth_<namespace>_<secret>`, or [`NOBODY_USERLIST`].
+    pub userlist: String,
+    /// `namespace/name` of the Secret holding the users; none: nobody can log in.
+    pub secret: Option<String>,
+    /// The realm of `WWW-Authenticate` (a header value: no quotes, `\`, `#`, `$`, `%`).
+    pub realm: String,
+}
+
+/// The empty `userlist` of routes whose authentication is misconfigured: nobody logs in.
+pub const NOBODY_USERLIST: &str = "portcullis_nobody";
+
+/// A `userlist` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Userlist {
+    pub name: String,
+    /// Sorted by name; possibly empty (then nobody can log in).
+    pub users: Vec<UserEntry>,
+}
+
+/// One `user <name> password <hash>` line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UserEntry {
+    pub name: String,
+    /// A crypt(3) hash, checked by [`crate::values::parse_password_hash`].
+    pub password: String,
+}
+
+/// CORS settings of a route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Cors {
+    pub allow_origin: CorsOrigin,
+    /// `*` or methods joined by `, `.
+    pub allow_methods: String,
+    /// `*` or header names joined by `, `.
+    pub allow_headers: String,
+    pub allow_credentials: bool,
+    /// `Access-Control-Max-Age`, in seconds.
+    pub max_age: u64,
+    /// HAProxy answers preflight requests from allowed origins itself (204).
+    pub respond_to_options: bool,
+}
+
+/// Which request origins CORS allows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "type", content = "value", rename_all = "snake_case")]
+pub enum CorsOrigin {
+    /// Every origin: `Access-Control-Allow-Origin: *`.
+    Any,
+    /// These origins exactly (lowercase `scheme://host[:port]`); the request's is echoed.
+    List(Vec<String>),
+    /// Origins matching this regex (anchored at both ends); the request's is echoed.
+    Regex(String),
+}
+
+/// `Strict-Transport-Security` settings.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Hsts {
+    /// Seconds.
+    pub max_age: u64,
+    pub include_subdomains: bool,
+    pub preload: bool,
 }
 
 /// Certificates for the HTTPS frontend.

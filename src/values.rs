@@ -7,6 +7,12 @@
 
 use std::net::IpAddr;
 
+mod routing;
+pub use routing::{
+    parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
+    redirect_target_text, route_acl_text,
+};
+
 /// A parse failure, phrased to follow "annotation X: ".
 pub type ParseResult<T> = Result<T, String>;
 
@@ -358,6 +364,318 @@ pub fn parse_balance(v: &str) -> ParseResult<String> {
     ))
 }
 
+/// A cookie name (`cookie-persistence`): letters, digits, `-`, `_` and `.`, at most 64
+/// characters (a subset of RFC 6265's token that needs no quoting in haproxy.cfg).
+pub fn parse_cookie_name(v: &str) -> ParseResult<String> {
+    let ok = !v.is_empty()
+        && v.len() <= 64
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "{v:?} is not a cookie name (1 to 64 letters, digits, '-', '_' and '.')"
+        ))
+    }
+}
+
+/// The secret key of dynamic cookies (`dynamic-cookie-key`): 8 to 256 letters, digits and
+/// `+`, `/`, `=`, `-`, `_`, `.`, `~` (base64 and hex keys fit), surrounding whitespace
+/// (a trailing line feed from a file) ignored. The message never repeats the value: it is a
+/// secret.
+pub fn parse_cookie_key(v: &str) -> ParseResult<String> {
+    let t = v.trim();
+    let ok = (8..=256).contains(&t.len())
+        && t.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_' | b'.' | b'~')
+        });
+    if ok {
+        Ok(t.to_string())
+    } else {
+        Err(
+            "is not a usable dynamic cookie key (8 to 256 letters, digits and '+', '/', '=', '-', '_', '.', '~'; the value is not shown)"
+                .to_string(),
+        )
+    }
+}
+
+/// Status codes HAProxy 2.6 can answer `http-request deny deny_status` with (those it has a
+/// built-in error page for); any other makes it refuse the whole configuration. 200 is left
+/// out: a refusal must not look like a success.
+pub const DENY_STATUS_CODES: &[i64] = &[
+    400, 401, 403, 404, 405, 407, 408, 410, 413, 425, 429, 500, 501, 502, 503, 504,
+];
+
+/// `send-proxy-protocol` values and the `default-server` keyword each one renders.
+pub const SEND_PROXY_PROTOCOLS: &[(&str, &str)] = &[
+    ("proxy", "send-proxy"),
+    ("proxy-v1", "send-proxy"),
+    ("proxy-v2", "send-proxy-v2"),
+    ("proxy-v2-ssl", "send-proxy-v2-ssl"),
+    ("proxy-v2-ssl-cn", "send-proxy-v2-ssl-cn"),
+];
+
+/// A `send-proxy-protocol` value, returned as its HAProxy server keyword.
+pub fn parse_send_proxy(v: &str) -> ParseResult<String> {
+    let t = v.trim();
+    SEND_PROXY_PROTOCOLS
+        .iter()
+        .find(|(name, _)| *name == t)
+        .map(|(_, keyword)| keyword.to_string())
+        .ok_or_else(|| {
+            let names: Vec<&str> = SEND_PROXY_PROTOCOLS.iter().map(|(n, _)| *n).collect();
+            format!("{v:?} is not one of {}", names.join(", "))
+        })
+}
+
+/// A Secret reference as `auth-secret` writes it: `name` or `namespace/name`. Returns the
+/// namespace (if given) and the name.
+pub fn parse_secret_ref(v: &str) -> ParseResult<(Option<String>, String)> {
+    let err = || format!("{v:?} is not a Secret reference (expected name or namespace/name)");
+    let (namespace, name) = match v.split_once('/') {
+        Some((ns, name)) => (Some(ns), name),
+        None => (None, v),
+    };
+    if let Some(ns) = namespace {
+        crate::objects::validate_dns_label(ns).map_err(|_| err())?;
+    }
+    crate::objects::validate_dns_subdomain(name).map_err(|_| err())?;
+    Ok((namespace.map(str::to_string), name.to_string()))
+}
+
+/// A user name of a `userlist`: letters, digits, `-`, `_` and `.` (what a Secret data key may
+/// hold), at most 253 characters.
+pub fn parse_user_name(v: &str) -> ParseResult<String> {
+    let ok = !v.is_empty()
+        && v.len() <= 253
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "{v:?} is not a user name (letters, digits, '-', '_' and '.')"
+        ))
+    }
+}
+
+/// The crypt(3) schemes accepted for `userlist` passwords, as the messages name them.
+pub const PASSWORD_SCHEMES: &str =
+    "$6$ (SHA-512), $5$ (SHA-256), $y$ (yescrypt), $2b$/$2y$/$2a$ (bcrypt), $1$ (MD5) or DES";
+
+/// A password hash HAProxy's crypt(3) (libxcrypt on Debian) can check: `$1$`, `$5$`, `$6$`,
+/// `$2a$`/`$2b$`/`$2y$`, `$y$` or traditional DES (13 characters). Messages never quote the
+/// value: it is a secret.
+pub fn parse_password_hash(v: &str) -> ParseResult<String> {
+    let unsupported = |what: &str| {
+        format!(
+            "the value is {what}, which crypt(3) cannot check; use one of {PASSWORD_SCHEMES} (e.g. `openssl passwd -6` or `htpasswd -nbB`)"
+        )
+    };
+    if v.starts_with("$apr1$") {
+        return Err(unsupported("an Apache $apr1$ MD5 hash (htpasswd -m)"));
+    }
+    if v.starts_with('{') {
+        return Err(unsupported("an LDAP-style {SCHEME} hash"));
+    }
+    if v.contains(':') {
+        return Err(
+            "the value looks like htpasswd lines (user:hash); each Secret data key is one user name and its value that user's hash"
+                .to_string(),
+        );
+    }
+    if well_formed_hash(&v.split('$').collect::<Vec<_>>()) {
+        Ok(v.to_string())
+    } else if !v.starts_with('$') && v.len() != 13 {
+        Err(format!(
+            "the value is not a password hash (plain-text passwords are not accepted); use one of {PASSWORD_SCHEMES}"
+        ))
+    } else {
+        Err(format!(
+            "the value is not a well-formed hash of one of {PASSWORD_SCHEMES}"
+        ))
+    }
+}
+
+/// Whether the `$`-separated fields of a hash are one of the accepted schemes.
+fn well_formed_hash(fields: &[&str]) -> bool {
+    // The crypt(3) alphabet.
+    let b64 = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'/')
+    };
+    let salt = |s: &str, max: usize| s.len() <= max && b64(s);
+    match fields {
+        ["", "1", s, hash] => salt(s, 8) && hash.len() == 22 && b64(hash),
+        ["", id @ ("5" | "6"), rest @ ..] => {
+            let len = if *id == "5" { 43 } else { 86 };
+            let (rounds, s, hash) = match rest {
+                [s, hash] => (None, *s, *hash),
+                [rounds, s, hash] => (Some(*rounds), *s, *hash),
+                _ => return false,
+            };
+            let rounds_ok = rounds.is_none_or(|r| {
+                r.strip_prefix("rounds=")
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .is_some_and(|n| (1000..=999_999_999).contains(&n))
+            });
+            rounds_ok && salt(s, 16) && hash.len() == len && b64(hash)
+        }
+        ["", "2a" | "2b" | "2y", cost, rest] => {
+            cost.len() == 2
+                && cost.parse::<u8>().is_ok_and(|c| (4..=31).contains(&c))
+                && rest.len() == 53
+                && b64(rest)
+        }
+        ["", "y", params, s, hash] => b64(params) && salt(s, 86) && hash.len() == 43 && b64(hash),
+        [des] => des.len() == 13 && b64(des),
+        _ => false,
+    }
+}
+
+/// Methods `cors-allow-methods` may list.
+pub const CORS_METHODS: &[&str] = &[
+    "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+];
+
+/// `*` or a comma-separated list of HTTP methods (any case); returned as `*` or the upper-case
+/// methods joined by `, `, without repeats.
+pub fn parse_http_methods(v: &str) -> ParseResult<String> {
+    comma_list(v, "method", |item| {
+        let m = item.to_ascii_uppercase();
+        if CORS_METHODS.contains(&m.as_str()) {
+            Ok(m)
+        } else {
+            Err(format!(
+                "{item:?} is not one of {}",
+                CORS_METHODS.join(", ")
+            ))
+        }
+    })
+}
+
+/// `*` or a comma-separated list of header names; returned as `*` or the names joined by
+/// `, `, without repeats.
+pub fn parse_header_name_list(v: &str) -> ParseResult<String> {
+    comma_list(v, "header name", parse_header_name)
+}
+
+fn comma_list(
+    v: &str,
+    what: &str,
+    item: impl Fn(&str) -> ParseResult<String>,
+) -> ParseResult<String> {
+    if v.trim() == "*" {
+        return Ok("*".to_string());
+    }
+    if v.chars().any(char::is_control) {
+        return Err(format!("{v:?} contains control characters"));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for raw in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let parsed = item(raw).map_err(|e| format!("{v:?}: {e}"))?;
+        if !out.contains(&parsed) {
+            out.push(parsed);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{v:?} is not '*' or a comma-separated list of {what}s"
+        ));
+    }
+    Ok(out.join(", "))
+}
+
+/// An origin as a browser sends it: `scheme://host[:port]`, no path. Returned lowercased
+/// (scheme and host are case-insensitive; browsers send them lowercased).
+pub fn parse_origin(v: &str) -> ParseResult<String> {
+    let lower = v.to_ascii_lowercase();
+    let err = |why: &str| format!("{v:?} is not an origin (scheme://host[:port]): {why}");
+    let (scheme, rest) = lower.split_once("://").ok_or_else(|| err("no ://"))?;
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_lowercase())
+        && scheme.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.')
+        });
+    if !scheme_ok {
+        return Err(err("bad scheme"));
+    }
+    if rest.contains('/') {
+        return Err(err("an origin has no path (drop the trailing '/')"));
+    }
+    let (host_ok, port) = match rest.strip_prefix('[') {
+        Some(after) => {
+            let (ip, tail) = after.split_once(']').ok_or_else(|| err("unclosed '['"))?;
+            let port = match tail {
+                "" => None,
+                t => Some(t.strip_prefix(':').ok_or_else(|| err("bad port"))?),
+            };
+            (ip.parse::<std::net::Ipv6Addr>().is_ok(), port)
+        }
+        None => {
+            let (host, port) = match rest.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (rest, None),
+            };
+            let ok = host.parse::<std::net::Ipv4Addr>().is_ok()
+                || crate::objects::validate_dns_subdomain(host).is_ok();
+            (ok, port)
+        }
+    };
+    if !host_ok {
+        return Err(err("bad host"));
+    }
+    if let Some(p) = port {
+        let digits = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+        if !digits || parse_int(p, 1, 65535).is_err() {
+            return Err(err("bad port"));
+        }
+    }
+    Ok(lower)
+}
+
+/// `cors-allow-origin`: `*`, a comma-separated list of origins (matched exactly), or a regular
+/// expression anchored at both ends (`^...$`), matched against the request's `Origin`.
+pub fn parse_cors_origin(v: &str) -> ParseResult<crate::model::CorsOrigin> {
+    use crate::model::CorsOrigin;
+    use regex_syntax::hir::Look;
+    let t = v.trim();
+    if t == "*" {
+        return Ok(CorsOrigin::Any);
+    }
+    if !t.starts_with('^') {
+        let mut origins: Vec<String> = Vec::new();
+        for item in t.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let origin = parse_origin(item).map_err(|e| {
+                format!("{e} (a regular expression must start with '^' and end with '$')")
+            })?;
+            if !origins.contains(&origin) {
+                origins.push(origin);
+            }
+        }
+        if origins.is_empty() {
+            return Err(format!(
+                "{v:?} is not '*', a list of origins or a regular expression"
+            ));
+        }
+        return Ok(CorsOrigin::List(origins));
+    }
+    let regex = parse_regex(t)?;
+    let hir = regex_syntax::Parser::new()
+        .parse(&regex)
+        .map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
+    let props = hir.properties();
+    if !(props.look_set_prefix().contains(Look::Start)
+        && props.look_set_suffix().contains(Look::End))
+    {
+        return Err(format!(
+            "{v:?}: a regular expression must be anchored at both ends ('^...$', in every alternative) so that it cannot match part of an origin"
+        ));
+    }
+    Ok(CorsOrigin::Regex(regex))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,5 +761,134 @@ mod tests {
         assert!(parse_regex("^/api/(.*").is_err());
         assert!(parse_regex("a$b").is_err());
         assert!(parse_replacement("/\\1").is_ok());
+    }
+
+    #[test]
+    fn cookie_names_keys_and_proxy_protocols() {
+        assert_eq!(parse_cookie_name("SERVERID").as_deref(), Ok("SERVERID"));
+        assert!(parse_cookie_name("").is_err());
+        assert!(parse_cookie_name("a=b").is_err());
+        assert!(parse_cookie_name(&"x".repeat(65)).is_err());
+        assert_eq!(
+            parse_cookie_key("c2VjcmV0a2V5MTIz\n").as_deref(),
+            Ok("c2VjcmV0a2V5MTIz")
+        );
+        assert!(parse_cookie_key("short").is_err());
+        let refused = parse_cookie_key("secret-value with space").unwrap_err();
+        assert!(!refused.contains("secret-value"), "{refused}");
+        assert_eq!(parse_send_proxy("proxy").as_deref(), Ok("send-proxy"));
+        assert_eq!(
+            parse_send_proxy(" proxy-v2 ").as_deref(),
+            Ok("send-proxy-v2")
+        );
+        assert!(parse_send_proxy("proxy-v3").is_err());
+        for v in HOSTILE {
+            assert!(parse_cookie_name(v).is_err(), "cookie name {v:?}");
+            assert!(parse_cookie_key(v).is_err(), "cookie key {v:?}");
+            assert!(parse_send_proxy(v).is_err(), "send-proxy {v:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod edge_tests {
+    use super::*;
+    use crate::model::CorsOrigin;
+
+    #[test]
+    fn secret_refs() {
+        assert_eq!(parse_secret_ref("creds"), Ok((None, "creds".into())));
+        assert_eq!(
+            parse_secret_ref("auth/creds"),
+            Ok((Some("auth".into()), "creds".into()))
+        );
+        for bad in ["", "a/b/c", "Creds", "/creds", "ns/", "a b", "x\ny"] {
+            assert!(parse_secret_ref(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn password_hashes_of_the_accepted_schemes_only() {
+        for good in [
+            "$1$erinsalt$.NKQEemjAnBemnhxO8kSk/",
+            "$5$rounds=5000$franksalt$l//PjMkyS8JLnmiCK./kmq8vd2R/NQ3ViW4B.7raCR3",
+            "$6$saltsalt$6Ln9l6BtDgyKwSHwdUE47gnhcuIsgmQhFvEwo9YcWYBgzykQj0GKDn5SZB7NxuK0rgczjYbaFhtalyn4hhc8k1",
+            "$2y$05$bobbobbobbobbobbobbobu8bcX0qdbFERObRmMPfdv9EJc5Iht9Hi",
+            "$2b$05$gracegracegracegraceg.yIekJDm4IdPR4Sot0q.mAaZBlGQQdbm",
+            "$y$j9T$F5Jx5fExrKuPp53xLKQ..1$wAfDpu8wV6TrqRh6kNE13avyKIoIJavt6efEtNirXLA",
+            "hdLhgkDIDCglA",
+        ] {
+            assert_eq!(parse_password_hash(good).as_deref(), Ok(good));
+        }
+        for bad in [
+            "$apr1$abcdefgh$0123456789012345678901",
+            "{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=",
+            "alice:$6$x$y",
+            "hunter2",
+            "$6$salt$short",
+            "$5$rounds=10$franksalt$l//PjMkyS8JLnmiCK./kmq8vd2R/NQ3ViW4B.7raCR3",
+            "$2y$99$bobbobbobbobbobbobbobu8bcX0qdbFERObRmMPfdv9EJc5Iht9Hi",
+            "$7$CU..../....abcdefgh$T0sduvKxu8wrIjSE2QDlEIQ24zoUNt7XmCAyI.79rw6",
+            "$1$erinsalt$.NKQEemjAnBemnhxO8kSk/ x",
+            "$1$erinsalt$.NKQEemjAnBemnhxO8kSk'",
+            "",
+        ] {
+            let e = parse_password_hash(bad).unwrap_err();
+            assert!(bad.len() < 8 || !e.contains(bad), "{e} quotes the secret");
+        }
+        for v in [
+            "a\nb",
+            "x # y",
+            "it's",
+            "say \"hi\"",
+            "%[env(SECRET)]",
+            "${HOME}",
+            " lua-load /x",
+            "a\u{0}b",
+        ] {
+            assert!(parse_password_hash(v).is_err(), "{v:?}");
+            assert!(parse_user_name(v).is_err(), "{v:?}");
+            assert!(parse_http_methods(v).is_err(), "{v:?}");
+            assert!(parse_header_name_list(v).is_err(), "{v:?}");
+            assert!(parse_cors_origin(v).is_err(), "{v:?}");
+        }
+    }
+
+    #[test]
+    fn cors_values() {
+        assert_eq!(parse_cors_origin(" * "), Ok(CorsOrigin::Any));
+        assert_eq!(
+            parse_cors_origin("https://App.example.com, http://[::1]:8080,https://app.example.com"),
+            Ok(CorsOrigin::List(vec![
+                "https://app.example.com".into(),
+                "http://[::1]:8080".into()
+            ]))
+        );
+        let re = r"^https://(.+\.)?(example-1\.com|example-2\.com)(:\d{1,5})?$";
+        assert_eq!(parse_cors_origin(re), Ok(CorsOrigin::Regex(re.into())));
+        for bad in [
+            "https://a.com/",
+            "a.com",
+            "https://a.com:0",
+            "https://a.com:99999",
+            "null",
+            "^https://a\\.com",
+            "^https://a\\.com$|evil$",
+            ",",
+            "",
+        ] {
+            assert!(parse_cors_origin(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            parse_http_methods("get, POST,get").as_deref(),
+            Ok("GET, POST")
+        );
+        assert_eq!(parse_http_methods("*").as_deref(), Ok("*"));
+        assert!(parse_http_methods("GET, FETCH").is_err());
+        assert_eq!(
+            parse_header_name_list("Content-Type,X-Id").as_deref(),
+            Ok("Content-Type, X-Id")
+        );
+        assert!(parse_header_name_list("X-A, X B").is_err());
     }
 }

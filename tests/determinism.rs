@@ -91,6 +91,16 @@ fn cluster(rng: &mut Rng) -> Cluster {
             if rng.below(3) == 0 {
                 annotations.insert("haproxy.org/load-balance".into(), json!("leastconn"));
             }
+            // Frontend captures (first-asked order) and standalone backends.
+            if rng.below(3) == 0 {
+                annotations.insert(
+                    "haproxy.org/request-capture".into(),
+                    json!(format!("hdr(X-Ing{i})\ncookie(c{})", rng.below(2))),
+                );
+            }
+            if rng.below(4) == 0 {
+                annotations.insert("haproxy.org/standalone-backend".into(), json!("true"));
+            }
             json!({
                 "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
                 "metadata": {"name": format!("ing{i}"), "namespace": "ns",
@@ -114,9 +124,15 @@ fn object(v: Value) -> Object {
 fn objects(c: &Cluster, rng: &mut Rng) -> Vec<Object> {
     let mut out: Vec<Object> = c.ingresses.iter().cloned().map(object).collect();
     for (name, endpoints) in &c.services {
+        // svc1's paths are canary routes (route-acl).
+        let annotations = if name == "svc1" {
+            json!({"haproxy.org/route-acl": "cookie(canary) -m found"})
+        } else {
+            json!({})
+        };
         out.push(object(json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": "ns"},
+            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
             "spec": {"ports": [{"name": "http", "port": 80, "targetPort": "web"}]}
         })));
         let mut endpoints = endpoints.clone();

@@ -48,6 +48,10 @@ const FRAGMENTS: &[&str] = &[
     ":",
     "%41",
     "\u{2028}",
+    "cookie(x)",
+    " -m str ",
+    "https://",
+    "^",
 ];
 
 fn hostile() -> impl Strategy<Value = String> {
@@ -104,6 +108,58 @@ proptest! {
         }
         if let Ok(path) = values::parse_path(&v) {
             prop_assert!(path.starts_with('/') && !path.contains(' '), "{:?}", path);
+        }
+        // CORS and basic authentication: config words, or single-quoted where noted.
+        if let Ok(origin) = values::parse_cors_origin(&v) {
+            match origin {
+                portcullis::model::CorsOrigin::Any => {}
+                portcullis::model::CorsOrigin::List(list) => {
+                    for o in list {
+                        prop_assert!(inert(&o) && !o.contains(char::is_whitespace)
+                            && !o.contains(['%', '\\', '{', '}']), "{:?} -> {:?}", v, o);
+                    }
+                }
+                // Printed single-quoted.
+                portcullis::model::CorsOrigin::Regex(re) => {
+                    prop_assert!(!re.contains(['\'', ' ']) && !re.chars().any(char::is_control),
+                        "{:?} -> {:?}", v, re);
+                }
+            }
+        }
+        for list in [values::parse_http_methods(&v), values::parse_header_name_list(&v)].into_iter().flatten() {
+            // Printed single-quoted.
+            prop_assert!(inert(&list) && !list.contains(['\\', '%']), "{:?} -> {:?}", v, list);
+        }
+        if let Ok(user) = values::parse_user_name(&v) {
+            prop_assert!(inert(&user) && !user.contains(char::is_whitespace), "{:?} -> {:?}", v, user);
+        }
+        if let Ok(hash) = values::parse_password_hash(&v) {
+            // Printed single-quoted.
+            prop_assert!(!hash.contains(['\'', ' ']) && !hash.chars().any(char::is_control),
+                "{:?} -> {:?}", v, hash);
+        }
+        // Routing annotations: every word they render is one inert config word.
+        let word = |w: &str| inert(w) && !w.contains(char::is_whitespace) && !w.contains('%');
+        if let Ok((_, host)) = values::parse_redirect_target(&v) {
+            prop_assert!(word(&host) && !host.contains('/'), "{:?} -> {:?}", v, host);
+        }
+        if let Ok(samples) = values::parse_capture_samples(&v) {
+            for s in samples {
+                prop_assert!(word(&s) && !s.contains(','), "{:?} -> {:?}", v, s);
+            }
+        }
+        if let Ok(c) = values::parse_route_acl(&v) {
+            prop_assert!(word(&c.fetch), "{:?} -> {:?}", v, c);
+            for value in &c.values {
+                prop_assert!(value != "{" && value != "}" && !value.starts_with('-'), "{:?} -> {:?}", v, c);
+                if c.method.as_deref() == Some("reg") {
+                    // Printed single-quoted: nothing may close the quote or the line.
+                    prop_assert!(!value.contains(['\'', ' ']) && !value.chars().any(char::is_control),
+                        "{:?} -> {:?}", v, c);
+                } else {
+                    prop_assert!(word(value) && !value.contains(['\\', '{', '}']), "{:?} -> {:?}", v, c);
+                }
+            }
         }
     }
 

@@ -42,6 +42,12 @@ const SERVICE_ANNOTATIONS: &[&str] = &[
     "server-proto",
     "forwarded-for",
     "scale-server-slots",
+    // Read by route hooks, from the Service a path routes to.
+    "route-acl",
+    "standalone-backend",
+    "cookie-persistence",
+    "cookie-persistence-no-dynamic",
+    "send-proxy-protocol",
 ];
 
 /// Route-scope annotations, set on an Ingress.
@@ -54,6 +60,21 @@ const INGRESS_ANNOTATIONS: &[&str] = &[
     "deny-list",
     "ssl-redirect",
     "ssl-redirect-code",
+    "request-redirect",
+    "request-capture",
+    "src-ip-header",
+    "standalone-backend",
+    "rate-limit-requests",
+    "rate-limit-period",
+    "rate-limit-size",
+    "rate-limit-status-code",
+    "rate-limit-whitelist",
+    // Only these are read while their feature is off; the other auth-, cors- and hsts-
+    // settings are read once it is on (their parsers are covered by hostile_inputs.rs).
+    "auth-type",
+    "auth-realm",
+    "cors-enable",
+    "hsts",
 ];
 
 /// Global keys, set in the controller ConfigMap.

@@ -113,6 +113,17 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     }
     // Routes may only point at backends (and route policies) the running HAProxy has.
     let servable = |value: &str| {
+        // The canary part of the maps (route-acl): no canary, or a set the running HAProxy has.
+        if value == crate::translate::routes::NO_CANARY
+            || old
+                .model
+                .frontend_rules
+                .canaries
+                .iter()
+                .any(|c| c.set == value)
+        {
+            return true;
+        }
         let (backend, policy) = value.split_once('.').unwrap_or((value, ""));
         old.model.backends.iter().any(|b| {
             b.name == backend && (policy.is_empty() || b.policies.iter().any(|p| p.id == policy))
@@ -320,6 +331,8 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
         .position(|(x, y)| x != y)
         .unwrap_or_else(|| old_cfg.lines().count().min(new_cfg.lines().count()));
     let text = new_cfg.lines().nth(line).unwrap_or("<end of file>").trim();
+    // The reason is logged and shown in /readyz: never with a password hash.
+    let text = crate::translate::auth::redact_config(text);
     format!("configuration changed at line {}: {text}", line + 1)
 }
 

@@ -69,7 +69,12 @@ pub async fn start(
         pod_namespace: identity.pod_namespace.clone(),
         tcp: connected.tcp_crd_present,
         named_services,
-        named_secrets: translate.default_ssl_certificate.iter().cloned().collect(),
+        named_secrets: translate
+            .default_ssl_certificate
+            .iter()
+            .chain(&translate.dynamic_cookie_key_secret)
+            .cloned()
+            .collect(),
     };
     let (state, watches) = ClusterState::start(&connected.client, &plan, changed);
     let synced = match deadline.remaining() {

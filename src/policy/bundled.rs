@@ -6,15 +6,25 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
         "access-list.rhai",
         include_str!("../../scripts/access-list.rhai"),
     ),
+    (
+        "basic-auth.rhai",
+        include_str!("../../scripts/basic-auth.rhai"),
+    ),
     ("check.rhai", include_str!("../../scripts/check.rhai")),
     (
         "config-snippets.rhai",
         include_str!("../../scripts/config-snippets.rhai"),
     ),
     (
+        "cookie-persistence.rhai",
+        include_str!("../../scripts/cookie-persistence.rhai"),
+    ),
+    ("cors.rhai", include_str!("../../scripts/cors.rhai")),
+    (
         "forwarded-for.rhai",
         include_str!("../../scripts/forwarded-for.rhai"),
     ),
+    ("hsts.rhai", include_str!("../../scripts/hsts.rhai")),
     (
         "load-balance.rhai",
         include_str!("../../scripts/load-balance.rhai"),
@@ -28,6 +38,18 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../../scripts/pod-maxconn.rhai"),
     ),
     (
+        "rate-limit.rhai",
+        include_str!("../../scripts/rate-limit.rhai"),
+    ),
+    (
+        "request-capture.rhai",
+        include_str!("../../scripts/request-capture.rhai"),
+    ),
+    (
+        "request-redirect.rhai",
+        include_str!("../../scripts/request-redirect.rhai"),
+    ),
+    (
         "request-set-header.rhai",
         include_str!("../../scripts/request-set-header.rhai"),
     ),
@@ -36,8 +58,16 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../../scripts/response-set-header.rhai"),
     ),
     (
+        "route-acl.rhai",
+        include_str!("../../scripts/route-acl.rhai"),
+    ),
+    (
         "scale-server-slots.rhai",
         include_str!("../../scripts/scale-server-slots.rhai"),
+    ),
+    (
+        "send-proxy-protocol.rhai",
+        include_str!("../../scripts/send-proxy-protocol.rhai"),
     ),
     (
         "server-ssl.rhai",
@@ -49,8 +79,16 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../../scripts/source-ip-persistence.rhai"),
     ),
     (
+        "src-ip-header.rhai",
+        include_str!("../../scripts/src-ip-header.rhai"),
+    ),
+    (
         "ssl-redirect.rhai",
         include_str!("../../scripts/ssl-redirect.rhai"),
+    ),
+    (
+        "standalone-backend.rhai",
+        include_str!("../../scripts/standalone-backend.rhai"),
     ),
     ("timeouts.rhai", include_str!("../../scripts/timeouts.rhai")),
 ];

@@ -82,6 +82,9 @@ struct Inner {
     diagnostics: Arc<Mutex<Vec<Diagnostic>>>,
     script: Arc<Mutex<String>>,
     snippets: SnippetPolicy,
+    /// For a route hook: the annotations of the Service the path routes to, which
+    /// `ctx.service()` reads.
+    service: Option<ValueSource>,
 }
 
 /// Raw config lines that passed [`crate::snippets`]' checks for where they were written. Only
@@ -103,6 +106,7 @@ impl HookContext {
                 diagnostics: Arc::new(Mutex::new(Vec::new())),
                 script: Arc::new(Mutex::new(String::new())),
                 snippets: SnippetPolicy::default(),
+                service: None,
             }),
         }
     }
@@ -120,8 +124,18 @@ impl HookContext {
                     diagnostics: i.diagnostics.clone(),
                     script: i.script.clone(),
                     snippets: policy,
+                    service: i.service.clone(),
                 });
             }
+        }
+        self
+    }
+
+    /// Gives a route hook the annotations of the Service its path routes to, for
+    /// `ctx.service()`. Only on a context nothing else holds yet (a fresh one).
+    pub fn with_service(mut self, service: ValueSource) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.service = Some(service);
         }
         self
     }
@@ -267,6 +281,11 @@ impl HookContext {
             })
     }
 
+    fn get_cookie_name(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_cookie_name)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
     fn get_host(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_host_header)
             .map_or(Dynamic::UNIT, Dynamic::from)
@@ -296,6 +315,80 @@ impl HookContext {
             })
     }
 
+    /// A Secret reference, `name` or `namespace/name` → `"namespace/name"`; a bare name is in
+    /// the namespace of the object the hook is about.
+    fn get_secret_ref(&mut self, name: Dynamic) -> Dynamic {
+        let default_ns = self.inner.subject.namespace.clone();
+        self.typed(&names(name), values::parse_secret_ref)
+            .map_or(Dynamic::UNIT, |(ns, n)| {
+                Dynamic::from(format!("{}/{n}", ns.unwrap_or(default_ns)))
+            })
+    }
+
+    /// `cors-allow-origin`: `"*"`, origins joined by `", "` or an anchored regex.
+    fn get_cors_origin(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_cors_origin)
+            .map_or(Dynamic::UNIT, |o| {
+                Dynamic::from(match o {
+                    crate::model::CorsOrigin::Any => "*".to_string(),
+                    crate::model::CorsOrigin::List(list) => list.join(", "),
+                    crate::model::CorsOrigin::Regex(re) => re,
+                })
+            })
+    }
+
+    /// `"*"` or HTTP methods joined by `", "`.
+    fn get_http_methods(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_http_methods)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    /// `"*"` or header names joined by `", "`.
+    fn get_header_names(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_header_name_list)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    /// `request-redirect`: `host[:port]` or `http(s)://host[:port]`, canonical.
+    fn get_redirect(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_redirect_target)
+            .map_or(Dynamic::UNIT, |(scheme, host)| {
+                Dynamic::from(values::redirect_target_text(scheme.as_deref(), &host))
+            })
+    }
+
+    /// `request-capture`: the sample expressions, one per line → an array of strings.
+    fn get_samples(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_capture_samples)
+            .map_or(Dynamic::UNIT, strings_to_array)
+    }
+
+    /// `route-acl`: a condition in canonical form (`req.cook(staging) -m found`).
+    fn get_acl(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_route_acl)
+            .map_or(Dynamic::UNIT, |c| Dynamic::from(values::route_acl_text(&c)))
+    }
+
+    /// In a route hook, a context over the annotations of the Service the path routes to
+    /// (only those: no Ingress, no ConfigMap); `()` in other hooks. Its reports go to the same
+    /// place.
+    fn service(&mut self) -> Dynamic {
+        let Some(service) = self.inner.service.clone() else {
+            return Dynamic::UNIT;
+        };
+        Dynamic::from(HookContext {
+            inner: Arc::new(Inner {
+                subject: service.object.clone(),
+                sources: vec![service],
+                facts: self.inner.facts.clone(),
+                diagnostics: self.inner.diagnostics.clone(),
+                script: self.inner.script.clone(),
+                snippets: self.inner.snippets,
+                service: None,
+            }),
+        })
+    }
+
     /// The same context without the sources of one kind (e.g. `"Ingress"`), for settings
     /// that must not come from there.
     fn without(&mut self, kind: &str) -> HookContext {
@@ -313,6 +406,7 @@ impl HookContext {
                 diagnostics: self.inner.diagnostics.clone(),
                 script: self.inner.script.clone(),
                 snippets: self.inner.snippets,
+                service: self.inner.service.clone(),
             }),
         }
     }
@@ -444,11 +538,20 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("header_value", HookContext::get_header_value)
         .register_fn("headers", HookContext::get_headers)
         .register_fn("host", HookContext::get_host)
+        .register_fn("cookie_name", HookContext::get_cookie_name)
         .register_fn("path", HookContext::get_path)
         .register_fn("rewrite", HookContext::get_rewrite)
         .register_fn("http_check", HookContext::get_http_check)
+        .register_fn("secret_ref", HookContext::get_secret_ref)
+        .register_fn("cors_origin", HookContext::get_cors_origin)
+        .register_fn("http_methods", HookContext::get_http_methods)
+        .register_fn("header_names", HookContext::get_header_names)
         .register_fn("snippet", HookContext::get_snippet)
         .register_fn("warn", HookContext::warn)
         .register_fn("without", HookContext::without)
+        .register_fn("redirect", HookContext::get_redirect)
+        .register_fn("samples", HookContext::get_samples)
+        .register_fn("acl", HookContext::get_acl)
+        .register_fn("service", HookContext::service)
         .register_fn("ignore_on", HookContext::ignore_on);
 }

@@ -694,6 +694,65 @@ mod tests {
     }
 
     #[test]
+    fn route_hooks_read_the_service_through_ctx_service() {
+        let engine = PolicyEngine::load(None).unwrap();
+        let ingress = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+        let service = ObjectRef::new(Kind::Service, &Key::new("ns", "canary"));
+        let map = |pairs: &[(&str, &str)]| {
+            Arc::new(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        };
+        let on_ingress = map(&[
+            ("haproxy.org/route-acl", "cookie(x) -m found"),
+            ("haproxy.org/standalone-backend", "true"),
+        ]);
+        let ctx = || {
+            HookContext::new(
+                ingress.clone(),
+                vec![ValueSource::annotations(
+                    ingress.clone(),
+                    on_ingress.clone(),
+                )],
+                BTreeMap::new(),
+            )
+        };
+        let mut diags = Diagnostics::new();
+        let out = engine.run_route(
+            &ctx().with_service(ValueSource::annotations(
+                service,
+                map(&[
+                    ("haproxy.org/route-acl", "hdr(X-Canary) -m str yes"),
+                    ("haproxy.org/standalone-backend", "false"),
+                ]),
+            )),
+            &mut diags,
+        );
+        let acl = out.route_acl.map(|c| crate::values::route_acl_text(&c));
+        assert_eq!(acl.as_deref(), Some("req.hdr(X-Canary) -m str yes"));
+        assert_eq!(
+            out.standalone_backend,
+            Some(false),
+            "the Service comes first"
+        );
+        let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
+        assert_eq!(msgs.len(), 1, "{msgs:?}");
+        assert!(
+            msgs[0].contains("Ingress ns/web: annotation haproxy.org/route-acl: ignored"),
+            "{msgs:?}"
+        );
+        // Without a Service (as in other hooks), ctx.service() is (): the Ingress decides
+        // standalone-backend and there is no canary.
+        let mut diags = Diagnostics::new();
+        let out = engine.run_route(&ctx(), &mut diags);
+        assert_eq!(out.route_acl, None);
+        assert_eq!(out.standalone_backend, Some(true));
+    }
+
+    #[test]
     fn a_call_past_the_wall_clock_cap_is_stopped() {
         CALL.with(|c| {
             c.set((

@@ -6,7 +6,10 @@
 
 use rhai::{Dynamic, Map};
 
-use crate::model::{BackendSettings, GlobalSettings, HttpCheck, RouteSettings, SourcePersistence};
+use crate::model::{
+    BackendSettings, CookiePersistence, GlobalSettings, HttpCheck, RateLimit, RouteSettings,
+    SourcePersistence,
+};
 use crate::policy::context::CHECK_METHODS;
 use crate::values;
 
@@ -19,6 +22,12 @@ pub struct RouteOutcome {
     pub settings: RouteSettings,
     pub ssl_redirect: Option<bool>,
     pub ssl_redirect_code: Option<u16>,
+    /// `route-acl` (read from the Service): the route is a canary route, taken only when this
+    /// condition holds.
+    pub route_acl: Option<crate::model::AclCondition>,
+    /// `standalone-backend`: the route gets a backend of its own Ingress instead of the
+    /// Service port's shared one.
+    pub standalone_backend: Option<bool>,
 }
 
 /// `timeout_<name>` keys the global hook may return, with HAProxy's names.
@@ -90,6 +99,12 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
             "source_ip_persistence" => {
                 source_persistence(value).map(|p| out.source_persistence = Some(p))
             }
+            "cookie_persistence" => {
+                cookie_persistence(value).map(|c| out.cookie_persistence = Some(c))
+            }
+            "send_proxy" => string(value)
+                .and_then(|s| values::parse_send_proxy(&s))
+                .map(|k| out.send_proxy = Some(k)),
             _ => match BACKEND_TIMEOUTS.iter().find(|(k, _)| *k == key) {
                 Some((_, name)) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(name.to_string(), ms);
@@ -122,6 +137,19 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
                 .map(|p| s.path_rewrite = Some(p)),
             "allow_list" => cidrs(value).map(|c| s.allow_list = c),
             "deny_list" => cidrs(value).map(|c| s.deny_list = c),
+            "basic_auth" => basic_auth(value).map(|a| s.basic_auth = Some(a)),
+            "cors" => cors(value).map(|c| s.cors = Some(c)),
+            "hsts" => hsts(value).map(|h| s.hsts = Some(h)),
+            "rate_limit" => rate_limit(value).map(|r| s.rate_limit = Some(r)),
+            "src_ip_header" => string(value)
+                .and_then(|h| values::parse_header_name(&h))
+                .map(|h| s.src_ip_header = Some(h)),
+            "request_redirect" => request_redirect(value).map(|r| s.redirect = Some(r)),
+            "request_capture" => request_capture(value).map(|c| s.capture = Some(c)),
+            "route_acl" => string(value)
+                .and_then(|c| values::parse_route_acl(&c))
+                .map(|c| out.route_acl = Some(c)),
+            "standalone_backend" => boolean(value).map(|b| out.standalone_backend = Some(b)),
             "ssl_redirect" => boolean(value).map(|b| out.ssl_redirect = Some(b)),
             "ssl_redirect_code" => int(value, 300, 399).and_then(|c| {
                 if REDIRECT_CODES.contains(&c) {
@@ -223,6 +251,188 @@ fn source_persistence(v: &Dynamic) -> Result<SourcePersistence, String> {
     })
 }
 
+/// `#{name: <cookie name>, dynamic: <bool>}`. The dynamic key is not the script's business:
+/// translation adds it from `--dynamic-cookie-key-secret`.
+fn cookie_persistence(v: &Dynamic) -> Result<CookiePersistence, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{name, dynamic}".to_string())?;
+    let name = map
+        .get("name")
+        .ok_or_else(|| "missing \"name\"".to_string())
+        .and_then(string)
+        .and_then(|n| values::parse_cookie_name(&n))?;
+    let dynamic = map
+        .get("dynamic")
+        .ok_or_else(|| "missing \"dynamic\"".to_string())
+        .and_then(boolean)?;
+    Ok(CookiePersistence {
+        name,
+        dynamic,
+        key: None,
+    })
+}
+
+/// `#{requests, period, size, status, whitelist}`: requests per period (milliseconds) per
+/// client address, the table size in entries, the refusal's status code and the addresses
+/// never limited (possibly empty).
+fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{requests, period, size, status, whitelist}".to_string())?;
+    let field = |k: &str| map.get(k).ok_or_else(|| format!("missing {k:?}"));
+    let requests = int(field("requests")?, 1, i64::from(i32::MAX))?;
+    let period_ms = int(field("period")?, 1, values::MAX_DURATION_MS as i64)?;
+    let size = int(field("size")?, 1, 1 << 32)?;
+    let status = int(field("status")?, 100, 599)?;
+    if !values::DENY_STATUS_CODES.contains(&status) {
+        return Err(format!(
+            "status {status} is not one HAProxy can refuse with ({})",
+            values::DENY_STATUS_CODES
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let whitelist = field("whitelist")?;
+    let whitelist = if array(whitelist)?.is_empty() {
+        Vec::new()
+    } else {
+        cidrs(whitelist)?
+    };
+    Ok(RateLimit {
+        requests: requests as u64,
+        period_ms: period_ms as u64,
+        size: size_text(size as u64),
+        status: status as u16,
+        whitelist,
+    })
+}
+
+/// `#{secret: "namespace/name" or (), realm}`: basic authentication against the users of a
+/// Secret (resolved by translation); without a secret nobody can log in.
+fn basic_auth(v: &Dynamic) -> Result<crate::model::BasicAuth, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{secret, realm}".to_string())?;
+    let realm = map
+        .get("realm")
+        .ok_or_else(|| "missing \"realm\"".to_string())
+        .and_then(string)
+        .and_then(|r| values::parse_header_value(&r))?;
+    let secret = match map.get("secret") {
+        None => None,
+        Some(s) if s.is_unit() => None,
+        Some(s) => {
+            let text = string(s)?;
+            match values::parse_secret_ref(&text)? {
+                (Some(ns), name) => Some((ns, name)),
+                (None, _) => return Err(format!("{text:?} must be namespace/name")),
+            }
+        }
+    };
+    Ok(crate::model::BasicAuth {
+        userlist: secret.as_ref().map_or_else(
+            || crate::model::NOBODY_USERLIST.to_string(),
+            |(ns, name)| format!("auth_{ns}_{name}"),
+        ),
+        secret: secret.map(|(ns, name)| format!("{ns}/{name}")),
+        realm,
+    })
+}
+
+/// `#{allow_origin, allow_methods, allow_headers, allow_credentials, max_age, respond_to_options}`
+/// (`max_age` in seconds).
+fn cors(v: &Dynamic) -> Result<crate::model::Cors, String> {
+    let map = v.clone().try_cast::<Map>().ok_or_else(|| {
+        "expected a map #{allow_origin, allow_methods, allow_headers, allow_credentials, max_age, respond_to_options}"
+            .to_string()
+    })?;
+    let field = |k: &str| map.get(k).ok_or_else(|| format!("missing {k:?}"));
+    Ok(crate::model::Cors {
+        allow_origin: values::parse_cors_origin(&string(field("allow_origin")?)?)?,
+        allow_methods: values::parse_http_methods(&string(field("allow_methods")?)?)?,
+        allow_headers: values::parse_header_name_list(&string(field("allow_headers")?)?)?,
+        allow_credentials: boolean(field("allow_credentials")?)?,
+        max_age: int(field("max_age")?, 0, values::MAX_DURATION_MS as i64 / 1000)? as u64,
+        respond_to_options: boolean(field("respond_to_options")?)?,
+    })
+}
+
+/// `#{max_age, include_subdomains, preload}` (`max_age` in seconds).
+fn hsts(v: &Dynamic) -> Result<crate::model::Hsts, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{max_age, include_subdomains, preload}".to_string())?;
+    let field = |k: &str| map.get(k).ok_or_else(|| format!("missing {k:?}"));
+    Ok(crate::model::Hsts {
+        max_age: int(field("max_age")?, 0, HSTS_MAX_AGE)? as u64,
+        include_subdomains: boolean(field("include_subdomains")?)?,
+        preload: boolean(field("preload")?)?,
+    })
+}
+
+/// The longest `hsts-max-age`: two years, in seconds.
+pub const HSTS_MAX_AGE: i64 = 63_072_000;
+
+/// `#{to: <target>, code: <301|302|303|307|308>}` (`code` optional: 302).
+fn request_redirect(v: &Dynamic) -> Result<crate::model::Redirect, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{to, code}".to_string())?;
+    let to = map
+        .get("to")
+        .ok_or_else(|| "missing \"to\"".to_string())
+        .and_then(string)?;
+    let (scheme, host) = values::parse_redirect_target(&to)?;
+    let code = match map.get("code") {
+        None => 302,
+        Some(c) => {
+            let c = int(c, 300, 399)?;
+            if !REDIRECT_CODES.contains(&c) {
+                return Err(format!("code {c} is not one of 301, 302, 303, 307, 308"));
+            }
+            c as u16
+        }
+    };
+    Ok(crate::model::Redirect { scheme, host, code })
+}
+
+/// The default length of a capture slot (`request-capture-len`).
+pub const CAPTURE_LEN: i64 = 128;
+/// The longest capture slot.
+pub const MAX_CAPTURE_LEN: i64 = 8192;
+
+/// `#{samples: [<sample expression>, ...], len: <1..8192>}` (`len` optional: 128).
+fn request_capture(v: &Dynamic) -> Result<crate::model::RequestCapture, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{samples, len}".to_string())?;
+    let samples = array(
+        map.get("samples")
+            .ok_or_else(|| "missing \"samples\"".to_string())?,
+    )?
+    .iter()
+    .map(string)
+    .collect::<Result<Vec<_>, _>>()?;
+    let samples = values::parse_capture_samples(&samples.join("\n"))?;
+    let len = match map.get("len") {
+        None => CAPTURE_LEN,
+        Some(n) => int(n, 1, MAX_CAPTURE_LEN)?,
+    };
+    Ok(crate::model::RequestCapture {
+        samples,
+        len: len as u32,
+    })
+}
+
 /// A size as HAProxy writes it: `1m` for 1048576, `100k` for 102400, else the number.
 fn size_text(n: u64) -> String {
     if n % (1 << 30) == 0 {
@@ -283,5 +493,46 @@ mod tests {
         assert!(out.check);
         let keys: Vec<_> = errors.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["balance", "nonsense"]);
+    }
+
+    #[test]
+    fn traffic_policies_are_parsed_again() {
+        let rate = |status: i64, whitelist: Vec<Dynamic>| {
+            let mut m = Map::new();
+            m.insert("requests".into(), 10.into());
+            m.insert("period".into(), 1000.into());
+            m.insert("size".into(), 102_400.into());
+            m.insert("status".into(), status.into());
+            m.insert("whitelist".into(), Dynamic::from_array(whitelist));
+            Dynamic::from_map(m)
+        };
+        let mut map = Map::new();
+        map.insert("rate_limit".into(), rate(429, vec!["10.0.0.0/8".into()]));
+        let mut out = RouteOutcome::default();
+        assert!(apply_route(&map, &mut out).is_empty());
+        let limit = out.settings.rate_limit.unwrap();
+        assert_eq!((limit.size.as_str(), limit.status), ("100k", 429));
+        assert_eq!(limit.whitelist, ["10.0.0.0/8"]);
+        for bad in [rate(418, vec![]), rate(429, vec!["10.0.0.0/8 #x".into()])] {
+            let mut map = Map::new();
+            map.insert("rate_limit".into(), bad);
+            let mut out = RouteOutcome::default();
+            assert_eq!(apply_route(&map, &mut out).len(), 1);
+            assert!(out.settings.rate_limit.is_none());
+        }
+
+        let mut cookie = Map::new();
+        cookie.insert("name".into(), "SRV\n  lua-load /x".into());
+        cookie.insert("dynamic".into(), true.into());
+        let mut map = Map::new();
+        map.insert("cookie_persistence".into(), Dynamic::from_map(cookie));
+        map.insert("send_proxy".into(), "send-proxy-v2".into());
+        let mut out = BackendSettings::default();
+        let keys: Vec<String> = apply_backend(&map, &mut out)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(keys, ["cookie_persistence", "send_proxy"]);
+        assert!(out.cookie_persistence.is_none() && out.send_proxy.is_none());
     }
 }

@@ -11,6 +11,14 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/backend.j2"),
     ),
     (
+        "parts/basic-auth.j2",
+        include_str!("../../templates/parts/basic-auth.j2"),
+    ),
+    (
+        "parts/cors.j2",
+        include_str!("../../templates/parts/cors.j2"),
+    ),
+    (
         "parts/default-backend.j2",
         include_str!("../../templates/parts/default-backend.j2"),
     ),
@@ -31,17 +39,41 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/global.j2"),
     ),
     (
+        "parts/hsts.j2",
+        include_str!("../../templates/parts/hsts.j2"),
+    ),
+    (
         "parts/peers.j2",
         include_str!("../../templates/parts/peers.j2"),
+    ),
+    (
+        "parts/request-capture.j2",
+        include_str!("../../templates/parts/request-capture.j2"),
+    ),
+    (
+        "parts/request-redirect.j2",
+        include_str!("../../templates/parts/request-redirect.j2"),
+    ),
+    (
+        "parts/route-acl.j2",
+        include_str!("../../templates/parts/route-acl.j2"),
     ),
     (
         "parts/routing.j2",
         include_str!("../../templates/parts/routing.j2"),
     ),
+    (
+        "parts/src-ip-header.j2",
+        include_str!("../../templates/parts/src-ip-header.j2"),
+    ),
     ("parts/tcp.j2", include_str!("../../templates/parts/tcp.j2")),
     (
         "parts/use-backend.j2",
         include_str!("../../templates/parts/use-backend.j2"),
+    ),
+    (
+        "parts/userlists.j2",
+        include_str!("../../templates/parts/userlists.j2"),
     ),
 ];
 

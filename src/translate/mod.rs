@@ -4,8 +4,10 @@
 //! certificates); the policy hooks decide what annotations mean. Every bad input is reported
 //! against its object and field and only that piece is dropped.
 
+pub mod auth;
 pub mod backends;
 pub mod class;
+pub mod cookies;
 pub mod peers;
 pub mod routes;
 pub mod slots;
@@ -48,6 +50,8 @@ pub struct TranslateConfig {
     pub identity: peers::Identity,
     /// Who may write raw config snippets (off unless an administrator turns them on).
     pub snippets: crate::snippets::SnippetPolicy,
+    /// The Secret holding the key of dynamic persistence cookies (`cookie-persistence`).
+    pub dynamic_cookie_key_secret: Option<Key>,
 }
 
 impl Default for TranslateConfig {
@@ -73,6 +77,7 @@ impl Default for TranslateConfig {
                 ..peers::Identity::default()
             },
             snippets: crate::snippets::SnippetPolicy::default(),
+            dynamic_cookie_key_secret: None,
         }
     }
 }
@@ -125,6 +130,8 @@ pub fn translate(
         tcp_services: Vec::new(),
         tcp_backends: BTreeMap::new(),
         default_backend: None,
+        captures: Vec::new(),
+        userlists: auth::Userlists::default(),
     };
     t.load_config_map();
     policy.begin_run();
@@ -198,6 +205,10 @@ struct Translator<'a> {
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
     tcp_backends: BTreeMap<String, BackendBuild>,
+    /// `request-capture` slots of the frontends, in the order routes first ask for them.
+    captures: Vec<crate::model::FrontendCapture>,
+    /// `userlist` sections of basic authentication, read from Secrets.
+    userlists: auth::Userlists,
 }
 
 impl Translator<'_> {
@@ -289,6 +300,18 @@ impl Translator<'_> {
         backend: &IngressBackend,
         field: &str,
     ) -> Option<String> {
+        let (key, resolved) = self.resolve_ingress_backend(ingress, backend, field)?;
+        Some(self.register_backend(&key, resolved, Some((ingress.clone(), annotations.clone()))))
+    }
+
+    /// The Service and port an Ingress backend reference names, without registering a
+    /// backend; problems are reported against `field`.
+    fn resolve_ingress_backend(
+        &mut self,
+        ingress: &ObjectRef,
+        backend: &IngressBackend,
+        field: &str,
+    ) -> Option<(Key, ResolvedPort)> {
         let Some(svc) = &backend.service else {
             self.diags.object(
                 Severity::Error,
@@ -310,11 +333,7 @@ impl Translator<'_> {
         };
         let port = svc.port.clone().unwrap_or_default();
         match backends::resolve_port(service, &port) {
-            Ok(resolved) => Some(self.register_backend(
-                &key,
-                resolved,
-                Some((ingress.clone(), annotations.clone())),
-            )),
+            Ok(resolved) => Some((key, resolved)),
             Err(e) => {
                 self.diags.object(
                     Severity::Error,
@@ -323,6 +342,66 @@ impl Translator<'_> {
                     format!("Service {key}: {e}; route skipped"),
                 );
                 None
+            }
+        }
+    }
+
+    /// The annotations of Service `key`, for `ctx.service()` in route hooks.
+    fn service_source(&self, key: &Key) -> ValueSource {
+        let annotations = self
+            .store
+            .service(key)
+            .and_then(|s| s.metadata.annotations.clone())
+            .unwrap_or_default();
+        ValueSource::annotations(ObjectRef::new(Kind::Service, key), Arc::new(annotations))
+    }
+
+    /// Registers (once) the backend of Ingress `ingress` alone for a Service port
+    /// (`standalone-backend`): `<namespace>_<ingress>_svc_<service>_<port>`, with the dots of
+    /// the Ingress name as `:` (a dot separates the backend from the policy in map values).
+    /// Its backend-scope settings come from the Service, then this Ingress, then the ConfigMap.
+    fn register_standalone_backend(
+        &mut self,
+        service: &Key,
+        port: ResolvedPort,
+        ingress: &ObjectRef,
+        annotations: Arc<BTreeMap<String, String>>,
+    ) -> String {
+        let name = format!(
+            "{}_{}_svc_{}_{}",
+            ingress.namespace,
+            ingress.name.replace('.', ":"),
+            service.name,
+            port.number
+        );
+        let entry = register(&mut self.backends, &name, service, port);
+        if entry.ingress.is_none() {
+            entry.ingress = Some((ingress.clone(), annotations));
+        }
+        name
+    }
+
+    /// Records the capture slots `request-capture` asks for, in the order routes first ask
+    /// for them, each with the route policies it applies to.
+    fn add_captures(&mut self, capture: &crate::model::RequestCapture, policy: &str) {
+        for sample in &capture.samples {
+            let found = self
+                .captures
+                .iter()
+                .position(|c| c.sample == *sample && c.len == capture.len);
+            let i = found.unwrap_or_else(|| {
+                self.captures.push(crate::model::FrontendCapture {
+                    sample: sample.clone(),
+                    len: capture.len,
+                    policies: Vec::new(),
+                });
+                self.captures.len() - 1
+            });
+            if let Some(slot) = self.captures.get_mut(i) {
+                if !slot.policies.iter().any(|p| p == policy) {
+                    slot.policies.push(policy.to_string());
+                    slot.policies.sort();
+                }
             }
         }
     }
@@ -403,9 +482,8 @@ impl Translator<'_> {
                         continue;
                     }
                 };
-                let Some(backend) = self.ingress_backend(
+                let Some((service_key, resolved)) = self.resolve_ingress_backend(
                     &object,
-                    &annotations,
                     &path.backend,
                     &format!("{field}.backend"),
                 ) else {
@@ -417,18 +495,42 @@ impl Translator<'_> {
                     ("path_type", kind.as_str().to_string()),
                 ]);
                 let ctx = HookContext::new(object.clone(), sources.clone(), facts)
-                    .with_snippets(self.config.snippets);
+                    .with_snippets(self.config.snippets)
+                    .with_service(self.service_source(&service_key));
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                // standalone-backend: this Ingress gets a backend of its own for the Service.
+                let backend = if outcome.standalone_backend == Some(true) {
+                    self.register_standalone_backend(
+                        &service_key,
+                        resolved,
+                        &object,
+                        annotations.clone(),
+                    )
+                } else {
+                    self.register_backend(
+                        &service_key,
+                        resolved,
+                        Some((object.clone(), annotations.clone())),
+                    )
+                };
+                if let Some(auth) = &outcome.settings.basic_auth {
+                    self.userlists
+                        .require(auth, self.store, &object, &mut self.diags);
+                }
                 let decision = (
                     outcome.ssl_redirect.unwrap_or(false),
                     outcome.ssl_redirect_code.unwrap_or(302),
                 );
                 redirect_by_host.entry(host.clone()).or_insert(decision);
                 first_redirect.get_or_insert(decision);
+                let canary = outcome.route_acl.clone();
                 let value = if outcome.settings.is_empty() {
                     backend.clone()
                 } else {
                     let id = policy_id(&outcome.settings);
+                    if let Some(capture) = &outcome.settings.capture {
+                        self.add_captures(capture, &id);
+                    }
                     if let Some(b) = self.backends.get_mut(&backend) {
                         b.policies.insert(id.clone(), outcome.settings);
                     }
@@ -442,6 +544,7 @@ impl Translator<'_> {
                     rank,
                     ingress: object.clone(),
                     field,
+                    canary,
                 });
             }
         }
@@ -591,11 +694,10 @@ impl Translator<'_> {
         } else {
             std::mem::take(&mut self.redirects)
         };
-        let (maps, redirect_codes) = routes::build_maps(
-            &std::mem::take(&mut self.routes),
-            redirects,
-            &mut self.diags,
-        );
+        let routes = std::mem::take(&mut self.routes);
+        let (mut maps, redirect_codes) = routes::build_maps(&routes, redirects, &mut self.diags);
+        // route-acl: canary routes get their own part of the maps and frontend rules.
+        let canaries = routes::build_canaries(&routes, &mut maps);
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
@@ -634,6 +736,10 @@ impl Translator<'_> {
             runtime_socket: self.config.runtime_socket.clone(),
             global,
             maps,
+            frontend_rules: crate::model::FrontendRules {
+                captures: std::mem::take(&mut self.captures),
+                canaries,
+            },
             redirect_codes,
             backends,
             default_backend,
@@ -644,6 +750,7 @@ impl Translator<'_> {
             peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,
+            userlists: std::mem::take(&mut self.userlists).into_vec(),
         };
         Translation {
             model,
@@ -671,7 +778,14 @@ impl Translator<'_> {
         sources.extend(self.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
         let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
-        let settings = self.policy.run_backend(&ctx, &mut self.diags);
+        let mut settings = self.policy.run_backend(&ctx, &mut self.diags);
+        cookies::resolve(
+            &mut settings,
+            self.store,
+            self.config.dynamic_cookie_key_secret.as_ref(),
+            ctx.subject(),
+            &mut self.diags,
+        );
 
         let endpoints = match &build.port.external {
             Some((dns_name, port)) => vec![(dns_name.clone(), *port)],

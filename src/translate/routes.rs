@@ -8,8 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sha2::{Digest, Sha256};
+
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{MapEntry, RouteMaps};
+use crate::model::{AclCondition, CanaryRoute, MapEntry, RouteMaps};
 use crate::objects::ObjectRef;
 
 /// An Ingress path type.
@@ -54,6 +56,9 @@ pub struct RouteCandidate {
     pub rank: usize,
     pub ingress: ObjectRef,
     pub field: String,
+    /// `route-acl` of the Service: a canary route, taken only when the condition holds. It
+    /// makes no entry of its own in the regular part of the maps (see [`build_canaries`]).
+    pub canary: Option<AclCondition>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -104,7 +109,7 @@ pub fn build_maps(
     diags: &mut Diagnostics,
 ) -> (RouteMaps, Vec<u16>) {
     let mut claims: Claims<'_> = BTreeMap::new();
-    for route in routes {
+    for route in routes.iter().filter(|r| r.canary.is_none()) {
         for (table, key, specificity) in entries(route) {
             claims
                 .entry((table, key))
@@ -172,6 +177,118 @@ pub fn build_maps(
     (maps, codes.into_iter().collect())
 }
 
+/// The first character of the keys of the canary part of both maps; no host or path starts
+/// with it, so regular lookups never meet these keys and canary lookups meet only them.
+pub const CANARY_KEY_PREFIX: &str = "~";
+/// The value of a key in the canary part whose best routes are regular ones.
+pub const NO_CANARY: &str = "-";
+
+/// `route-acl`: the canary part of the maps and the canary routes of the frontends.
+///
+/// The frontends look `~<host><path>` up in the same steps as a regular route (exact host,
+/// wildcard, no host; exact map, then longest prefix) before the regular lookup. The canary
+/// part holds the keys of the canary routes and, so that a more specific regular route still
+/// wins, the keys of every regular route that could match a request one of them matches. A
+/// key's value is the id of its canary set (the canary routes among its best claimants, in
+/// precedence order: the older Ingress, then the lower field), or [`NO_CANARY`]. A request
+/// whose key has a set goes to the first of its canary routes whose condition holds; every
+/// other request is routed by the regular part alone, as if the canary routes did not exist.
+pub fn build_canaries(routes: &[RouteCandidate], maps: &mut RouteMaps) -> Vec<CanaryRoute> {
+    let canary_keys: Vec<(&str, String)> = routes
+        .iter()
+        .filter(|r| r.canary.is_some())
+        .flat_map(|r| {
+            entries(r)
+                .into_iter()
+                .map(move |(_, key, _)| (r.host.as_str(), key[r.host.len()..].to_string()))
+        })
+        .collect();
+    if canary_keys.is_empty() {
+        return Vec::new();
+    }
+    let mut claims: Claims<'_> = BTreeMap::new();
+    for route in routes {
+        for (table, key, specificity) in entries(route) {
+            if route.canary.is_none() {
+                let path = &key[route.host.len()..];
+                let overlaps = canary_keys.iter().any(|(host, canary_path)| {
+                    hosts_overlap(&route.host, host)
+                        && (path.starts_with(canary_path.as_str()) || canary_path.starts_with(path))
+                });
+                if !overlaps {
+                    continue;
+                }
+            }
+            claims
+                .entry((table, key))
+                .or_default()
+                .push((specificity, route.rank, route));
+        }
+    }
+    let mut sets: BTreeMap<String, Vec<CanaryRoute>> = BTreeMap::new();
+    for ((table, key), mut claimants) in claims {
+        claimants.sort_by_key(|(s, rank, r)| (*s, *rank, r.field.clone()));
+        let best = claimants[0].0;
+        let mut alternatives: Vec<(&AclCondition, &str)> = Vec::new();
+        for (_, _, route) in claimants.iter().filter(|(s, _, _)| *s == best) {
+            if let Some(condition) = &route.canary {
+                let alternative = (condition, route.value.as_str());
+                if !alternatives.contains(&alternative) {
+                    alternatives.push(alternative);
+                }
+            }
+        }
+        let value = if alternatives.is_empty() {
+            NO_CANARY.to_string()
+        } else {
+            let set = canary_set_id(&alternatives);
+            sets.entry(set.clone()).or_insert_with(|| {
+                alternatives
+                    .iter()
+                    .map(|(condition, route)| CanaryRoute {
+                        set: set.clone(),
+                        route: route.to_string(),
+                        condition: (*condition).clone(),
+                    })
+                    .collect()
+            });
+            set
+        };
+        let entry = MapEntry {
+            key: format!("{CANARY_KEY_PREFIX}{key}"),
+            value,
+        };
+        // `~` sorts after every character a regular key starts with: the maps stay sorted.
+        match table {
+            Table::Exact => maps.exact.push(entry),
+            Table::Prefix => maps.prefix.push(entry),
+        }
+    }
+    sets.into_values().flatten().collect()
+}
+
+/// Whether one request could match keys of both hosts: the same host, a host and its
+/// one-label wildcard, or a rule without a host.
+fn hosts_overlap(a: &str, b: &str) -> bool {
+    let wild = |h: &str| -> String {
+        if h.starts_with("*.") {
+            h.to_string()
+        } else {
+            h.split_once('.')
+                .map_or_else(|| "*".to_string(), |(_, rest)| format!("*.{rest}"))
+        }
+    };
+    a == b || a.is_empty() || b.is_empty() || wild(a) == b || wild(b) == a
+}
+
+/// `a` + the first 10 hex digits of the SHA-256 of the set's conditions and routes.
+fn canary_set_id(alternatives: &[(&AclCondition, &str)]) -> String {
+    let json = serde_json::to_string(alternatives).unwrap_or_default();
+    let digest = Sha256::digest(json.as_bytes());
+    let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+    format!("a{hex}")
+}
+
 fn host_label(host: &str) -> String {
     if host.is_empty() {
         "path".to_string()
@@ -194,6 +311,7 @@ mod tests {
             rank,
             ingress: ObjectRef::new(Kind::Ingress, &Key::new("ns", format!("i{rank}"))),
             field: "spec.rules[0].http.paths[0]".into(),
+            canary: None,
         }
     }
 
@@ -218,5 +336,70 @@ mod tests {
         assert_eq!(show(&maps.exact), ["a.com/foo b2"]);
         assert_eq!(show(&maps.prefix), ["/ b3", "/x b4", "a.com/foo/ b1"]);
         assert_eq!(diags.len(), 1, "the shadowed Prefix self-match is reported");
+    }
+
+    #[test]
+    fn canary_routes_get_the_canary_part_of_the_maps() {
+        let condition = crate::values::parse_route_acl("cookie(staging) -m found").unwrap();
+        let canary = |host: &str, path: &str, kind: PathKind, value: &str, rank: usize| {
+            let mut r = route(host, path, kind, value, rank);
+            r.canary = Some(condition.clone());
+            r
+        };
+        let routes = [
+            route("a.com", "/", PathKind::Prefix, "main", 0),
+            route("a.com", "/api", PathKind::Prefix, "api", 0),
+            route("*.a.com", "/", PathKind::Prefix, "wild", 0),
+            route("b.com", "/", PathKind::Prefix, "b", 0),
+            canary("a.com", "/", PathKind::Prefix, "canary", 1),
+            canary("c.com", "/x", PathKind::Exact, "only-canary", 1),
+        ];
+        let mut diags = Diagnostics::new();
+        let (mut maps, _) = build_maps(&routes, vec![], &mut diags);
+        let canaries = build_canaries(&routes, &mut maps);
+        assert!(
+            diags.is_empty(),
+            "a canary route does not shadow: {diags:?}"
+        );
+        let show = |v: &[MapEntry]| {
+            v.iter()
+                .map(|e| format!("{} {}", e.key, e.value))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(canaries.len(), 2);
+        let set_of = |route: &str| {
+            canaries
+                .iter()
+                .find(|c| c.route == route)
+                .map(|c| c.set.clone())
+                .unwrap()
+        };
+        let (a, c) = (set_of("canary"), set_of("only-canary"));
+        // Regular keys that could beat a canary key are in the canary part too (with `-`);
+        // b.com cannot, and the canary routes have no regular entry.
+        assert_eq!(
+            show(&maps.exact),
+            [
+                "a.com/api api".to_string(),
+                "~a.com/api -".to_string(),
+                format!("~c.com/x {c}"),
+            ]
+        );
+        assert_eq!(
+            show(&maps.prefix),
+            [
+                "*.a.com/ wild".to_string(),
+                "a.com/ main".to_string(),
+                "a.com/api/ api".to_string(),
+                "b.com/ b".to_string(),
+                format!("~a.com/ {a}"),
+                "~a.com/api/ -".to_string(),
+            ]
+        );
+        // Without canary routes, nothing changes.
+        let (mut plain, _) = build_maps(&routes[..4], vec![], &mut diags);
+        let before = plain.clone();
+        assert!(build_canaries(&routes[..4], &mut plain).is_empty());
+        assert_eq!(plain, before);
     }
 }
