@@ -1,21 +1,28 @@
-//! The admin HTTP endpoint: health, readiness, metrics and the configuration in force.
+//! The admin HTTP endpoint: health, readiness, metrics, the configuration in force, and the
+//! log filter.
 //!
 //! Hand-written on tokio rather than pulling in an HTTP stack: the surface is a handful of GET
 //! routes with tiny bodies, one request per connection. Everything read from the network is
-//! bounded (head size, read time) and malformed input gets a 4xx, never a panic.
+//! bounded (head size, body size, read time) and malformed input gets a 4xx, never a panic.
 //!
-//! | route           | response                                                 |
-//! |-----------------|----------------------------------------------------------|
-//! | `/healthz`      | 200 `ok`                                                 |
-//! | `/readyz`       | 200 when ready, 503 when not; JSON detail as the body    |
-//! | `/metrics`      | 200, Prometheus text format 0.0.4                        |
-//! | `/debug/config` | 200 the `haproxy.cfg` in force, 404 before the first one |
-//! | `/debug/model`  | 200 the model in force as JSON, 404 before the first one |
+//! | route                 | response                                                 |
+//! |-----------------------|----------------------------------------------------------|
+//! | `/healthz`            | 200 `ok`                                                 |
+//! | `/readyz`             | 200 when ready, 503 when not; JSON detail as the body    |
+//! | `/metrics`            | 200, Prometheus text format 0.0.4                        |
+//! | `/debug/config`       | 200 the `haproxy.cfg` in force, 404 before the first one |
+//! | `/debug/model`        | 200 the model in force as JSON, 404 before the first one |
+//! | `/debug/log-level`    | GET: the log filter in force; PUT: replace it            |
+//!
+//! `PUT /debug/log-level` is the only request that changes anything. It is answered only for
+//! clients on a loopback address (403 otherwise), whatever `--admin-addr` binds, and only as
+//! `PUT`: browsers do not send a cross-origin `PUT` without a preflight (`OPTIONS`, which gets
+//! 405), so a web page cannot change it through a local browser either.
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,7 +38,33 @@ pub trait AdminState: Send + Sync + 'static {
     fn config(&self) -> Option<String>;
     /// The model in force as JSON, if any.
     fn model(&self) -> Option<String>;
+    /// What `/debug/log-level` reads and changes: by default the control the binary installed
+    /// with [`set_log_control`]; `None` answers 404.
+    fn log_control(&self) -> Option<&dyn LogControl> {
+        LOG_CONTROL.get().map(|c| &**c)
+    }
 }
+
+/// Reads and replaces the log filter at run time (a `tracing` filter such as `info` or
+/// `portcullis=debug,haproxy=warn`).
+pub trait LogControl: Send + Sync + 'static {
+    /// The filter in force.
+    fn current(&self) -> String;
+    /// Replaces the filter: `Ok` with the filter now in force, or `Err` with the reason it was
+    /// refused, and then nothing changed.
+    fn set(&self, filter: &str) -> Result<String, String>;
+}
+
+static LOG_CONTROL: OnceLock<Box<dyn LogControl>> = OnceLock::new();
+
+/// Installs the process's log control (once: the subscriber is process-wide too). Returns
+/// false when one was already installed.
+pub fn set_log_control(control: Box<dyn LogControl>) -> bool {
+    LOG_CONTROL.set(control).is_ok()
+}
+
+/// The route that changes the log filter.
+const LOG_LEVEL: &str = "/debug/log-level";
 
 /// Largest request head (request line, headers and the blank line) we accept.
 const MAX_HEAD: usize = 16 * 1024;
@@ -43,6 +76,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Most leftover request bytes we read and discard before closing.
 const MAX_DRAIN: usize = 64 * 1024;
+/// Largest request body we read (a log filter).
+const MAX_BODY: usize = 4 * 1024;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
@@ -115,9 +150,17 @@ async fn connection(
     let head = tokio::time::timeout(limits.read_timeout, read_head(&mut stream, limits.max_head))
         .await
         .unwrap_or(Err(HeadError::TimedOut));
+    let (head, leftover) = match head {
+        Ok((head, leftover)) => (Ok(head), leftover),
+        Err(e) => (Err(e), Vec::new()),
+    };
     let (request, response) = match head.as_deref().map(parse_head) {
         Ok(Some(request)) => {
-            let response = route(&request, &*state);
+            let response = if request.path == LOG_LEVEL && request.method == "PUT" {
+                put_log_level(&request, peer, &mut stream, leftover, &*state, limits).await
+            } else {
+                route(&request, &*state)
+            };
             (Some(request), response)
         }
         Ok(None) | Err(HeadError::Truncated) => (None, Response::text(400, "bad request\n")),
@@ -174,8 +217,9 @@ enum HeadError {
     TimedOut,
 }
 
-/// Reads up to and including the blank line that ends the request head.
-async fn read_head(stream: &mut TcpStream, max: usize) -> Result<Vec<u8>, HeadError> {
+/// Reads up to and including the blank line that ends the request head; also returns the
+/// bytes read past it (the start of a body).
+async fn read_head(stream: &mut TcpStream, max: usize) -> Result<(Vec<u8>, Vec<u8>), HeadError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
@@ -194,8 +238,8 @@ async fn read_head(stream: &mut TcpStream, max: usize) -> Result<Vec<u8>, HeadEr
             if end > max {
                 return Err(HeadError::TooLarge);
             }
-            buf.truncate(end);
-            return Ok(buf);
+            let rest = buf.split_off(end);
+            return Ok((buf, rest));
         }
         if buf.len() >= max {
             return Err(HeadError::TooLarge);
@@ -224,10 +268,15 @@ struct Request<'a> {
     method: &'a str,
     /// The target's path, without query or fragment.
     path: &'a str,
+    /// `Content-Length`, when given.
+    content_length: Option<usize>,
+    /// A `Transfer-Encoding` header was sent (its body is not read).
+    transfer_encoding: bool,
 }
 
 /// Parses the request line and checks that every header line is well-formed. `None` means
-/// 400. Header values are not needed by any route, so they are not kept.
+/// 400. Of the header values only `Content-Length` (one value, digits only) and whether
+/// `Transfer-Encoding` is present are kept.
 fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     let head = std::str::from_utf8(head).ok()?;
     let mut lines = head.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
@@ -242,15 +291,32 @@ fn parse_head(head: &[u8]) -> Option<Request<'_>> {
     {
         return None;
     }
+    let mut content_length = None;
+    let mut transfer_encoding = false;
     for line in lines.take_while(|l| !l.is_empty()) {
-        let (name, _value) = line.split_once(':')?;
+        let (name, value) = line.split_once(':')?;
         if name.is_empty() || !name.bytes().all(is_tchar) {
             return None;
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let value = value.trim_matches([' ', '\t']);
+            if value.is_empty() || value.len() > 12 || !value.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            let n: usize = value.parse().ok()?;
+            if content_length.is_some_and(|m| m != n) {
+                return None;
+            }
+            content_length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            transfer_encoding = true;
         }
     }
     Some(Request {
         method,
         path: target_path(target)?,
+        content_length,
+        transfer_encoding,
     })
 }
 
@@ -284,17 +350,25 @@ fn is_tchar(b: u8) -> bool {
 fn route(request: &Request<'_>, state: &dyn AdminState) -> Response {
     let known = matches!(
         request.path,
-        "/healthz" | "/readyz" | "/metrics" | "/debug/config" | "/debug/model"
+        "/healthz" | "/readyz" | "/metrics" | "/debug/config" | "/debug/model" | LOG_LEVEL
     );
     if !known {
         return Response::text(404, "not found\n");
     }
     if !matches!(request.method, "GET" | "HEAD") {
         let mut response = Response::text(405, "method not allowed\n");
-        response.allow = true;
+        response.allow = Some(if request.path == LOG_LEVEL {
+            "GET, HEAD, PUT"
+        } else {
+            "GET, HEAD"
+        });
         return response;
     }
     match request.path {
+        LOG_LEVEL => match state.log_control() {
+            Some(control) => Response::text(200, &format!("{}\n", control.current())),
+            None => Response::text(404, "the log level cannot be changed in this process\n"),
+        },
         "/healthz" => Response::text(200, "ok\n"),
         "/readyz" => {
             let (status, detail) = match state.readiness() {
@@ -316,13 +390,83 @@ fn route(request: &Request<'_>, state: &dyn AdminState) -> Response {
     }
 }
 
+/// Whether a client may change state (the log filter): only from the machine (or pod) itself.
+fn may_change_state(peer: SocketAddr) -> bool {
+    peer.ip().to_canonical().is_loopback()
+}
+
+/// `PUT /debug/log-level`: the body is the new filter. Refused (403) unless the client is on
+/// loopback; the body must come with a `Content-Length` of at most [`MAX_BODY`] bytes.
+async fn put_log_level(
+    request: &Request<'_>,
+    peer: SocketAddr,
+    stream: &mut TcpStream,
+    mut body: Vec<u8>,
+    state: &dyn AdminState,
+    limits: Limits,
+) -> Response {
+    if !may_change_state(peer) {
+        tracing::warn!(%peer, "admin endpoint: log level change refused: not from loopback");
+        return Response::text(
+            403,
+            "the log level can only be changed from a loopback address\n",
+        );
+    }
+    let Some(control) = state.log_control() else {
+        return Response::text(404, "the log level cannot be changed in this process\n");
+    };
+    if request.transfer_encoding {
+        return Response::text(411, "send the filter with a Content-Length\n");
+    }
+    let Some(length) = request.content_length else {
+        return Response::text(411, "send the filter with a Content-Length\n");
+    };
+    if length > MAX_BODY {
+        return Response::text(413, "the filter is too long\n");
+    }
+    let read = async {
+        let mut chunk = [0u8; 1024];
+        while body.len() < length {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => body.extend_from_slice(&chunk[..n]),
+            }
+        }
+        true
+    };
+    match tokio::time::timeout(limits.read_timeout, read).await {
+        Ok(true) => {}
+        Ok(false) => return Response::text(400, "the body ended early\n"),
+        Err(_) => return Response::text(408, "request timeout\n"),
+    }
+    body.truncate(length);
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return Response::text(400, "the filter is not UTF-8 text\n");
+    };
+    let filter = text.trim();
+    if filter.is_empty() {
+        return Response::text(400, "send a filter, e.g. `info` or `portcullis=debug`\n");
+    }
+    let old = control.current();
+    match control.set(filter) {
+        Ok(new) => {
+            tracing::info!(%peer, from = %old, to = %new, "log filter changed");
+            Response::text(200, &format!("{new}\n"))
+        }
+        Err(error) => Response::text(
+            400,
+            &format!("invalid filter, the filter in force is still {old:?}: {error}\n"),
+        ),
+    }
+}
+
 #[derive(Debug)]
 struct Response {
     status: u16,
     content_type: &'static str,
     body: String,
-    /// Send `Allow: GET, HEAD` (with 405).
-    allow: bool,
+    /// The methods sent in `Allow` (with 405).
+    allow: Option<&'static str>,
 }
 
 impl Response {
@@ -331,7 +475,7 @@ impl Response {
             status,
             content_type,
             body,
-            allow: false,
+            allow: None,
         }
     }
 
@@ -348,8 +492,10 @@ impl Response {
             self.content_type,
             self.body.len(),
         );
-        if self.allow {
-            out.push_str("Allow: GET, HEAD\r\n");
+        if let Some(methods) = self.allow {
+            out.push_str("Allow: ");
+            out.push_str(methods);
+            out.push_str("\r\n");
         }
         out.push_str("\r\n");
         let mut bytes = out.into_bytes();
@@ -364,9 +510,12 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         _ => "",
@@ -390,6 +539,26 @@ mod tests {
         ready: Mutex<bool>,
         config: Option<String>,
         model: Option<String>,
+        log: Option<FakeLog>,
+    }
+
+    /// A log control that accepts any filter made of letters, digits, `=`, `,`, `_` and `:`.
+    struct FakeLog(Mutex<String>);
+
+    impl LogControl for FakeLog {
+        fn current(&self) -> String {
+            self.0.lock().unwrap().clone()
+        }
+        fn set(&self, filter: &str) -> Result<String, String> {
+            if !filter
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"=,_:".contains(&b))
+            {
+                return Err(format!("bad filter {filter:?}"));
+            }
+            *self.0.lock().unwrap() = filter.to_owned();
+            Ok(filter.to_owned())
+        }
     }
 
     impl AdminState for Fake {
@@ -408,6 +577,9 @@ mod tests {
         }
         fn model(&self) -> Option<String> {
             self.model.clone()
+        }
+        fn log_control(&self) -> Option<&dyn LogControl> {
+            self.log.as_ref().map(|l| l as &dyn LogControl)
         }
     }
 
@@ -433,6 +605,7 @@ mod tests {
             ready: Mutex::new(true),
             config: Some("global\n    maxconn 100\n".to_owned()),
             model: Some("{\"frontends\":[]}".to_owned()),
+            log: Some(FakeLog(Mutex::new("info".to_owned()))),
         }
     }
 
@@ -706,6 +879,123 @@ mod tests {
         assert!(TcpStream::connect(server.addr).await.is_err());
     }
 
+    fn put(target: &str, body: &str) -> Vec<u8> {
+        format!(
+            "PUT {target} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    #[tokio::test]
+    async fn log_level_is_read_and_changed() {
+        let server = start(applied(), LIMITS).await;
+        let addr = server.addr;
+
+        let r = get(addr, LOG_LEVEL).await;
+        check(&r, "HTTP/1.1 200 OK", TEXT);
+        assert_eq!(r.body, "info\n");
+
+        let r = exchange(addr, &put(LOG_LEVEL, "portcullis=debug,haproxy=warn\n")).await;
+        check(&r, "HTTP/1.1 200 OK", TEXT);
+        assert_eq!(r.body, "portcullis=debug,haproxy=warn\n");
+        assert_eq!(
+            get(addr, LOG_LEVEL).await.body,
+            "portcullis=debug,haproxy=warn\n"
+        );
+
+        // Refused filters leave the one in force.
+        let r = exchange(addr, &put(LOG_LEVEL, "debug;rm -rf /")).await;
+        check(&r, "HTTP/1.1 400 Bad Request", TEXT);
+        assert!(
+            r.body.contains("still \"portcullis=debug,haproxy=warn\""),
+            "{r:?}"
+        );
+        let r = exchange(addr, &put(LOG_LEVEL, "  \n")).await;
+        check(&r, "HTTP/1.1 400 Bad Request", TEXT);
+        assert_eq!(
+            get(addr, LOG_LEVEL).await.body,
+            "portcullis=debug,haproxy=warn\n"
+        );
+
+        // The body may come after the head, in pieces.
+        let reply = tokio::time::timeout(DEADLINE, async {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            stream
+                .write_all(b"PUT /debug/log-level HTTP/1.1\r\nContent-Length: 4\r\n\r\nwa")
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stream.write_all(b"rn").await.unwrap();
+            let mut out = String::new();
+            stream.read_to_string(&mut out).await.unwrap();
+            out
+        })
+        .await
+        .unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        assert!(reply.ends_with("\r\n\r\nwarn\n"), "{reply}");
+
+        // Framing problems.
+        let r = exchange(addr, b"PUT /debug/log-level HTTP/1.1\r\n\r\n").await;
+        check(&r, "HTTP/1.1 411 Length Required", TEXT);
+        let r = exchange(
+            addr,
+            b"PUT /debug/log-level HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ninfo\r\n0\r\n\r\n",
+        )
+        .await;
+        check(&r, "HTTP/1.1 411 Length Required", TEXT);
+        let r = exchange(addr, &put(LOG_LEVEL, &"a".repeat(MAX_BODY + 1))).await;
+        check(&r, "HTTP/1.1 413 Content Too Large", TEXT);
+        let r = exchange(addr, &put(LOG_LEVEL, "\u{e9}")).await;
+        check(&r, "HTTP/1.1 400 Bad Request", TEXT);
+        assert_eq!(get(addr, LOG_LEVEL).await.body, "warn\n");
+
+        // Only PUT changes it; the other routes stay read-only.
+        let r = exchange(
+            addr,
+            b"POST /debug/log-level HTTP/1.1\r\nContent-Length: 4\r\n\r\ninfo",
+        )
+        .await;
+        check(&r, "HTTP/1.1 405 Method Not Allowed", TEXT);
+        assert_eq!(r.header("allow"), Some("GET, HEAD, PUT"));
+        let r = exchange(addr, b"OPTIONS /debug/log-level HTTP/1.1\r\n\r\n").await;
+        check(&r, "HTTP/1.1 405 Method Not Allowed", TEXT);
+        let r = exchange(addr, &put("/metrics", "info")).await;
+        check(&r, "HTTP/1.1 405 Method Not Allowed", TEXT);
+        assert_eq!(r.header("allow"), Some("GET, HEAD"));
+        assert_eq!(get(addr, LOG_LEVEL).await.body, "warn\n");
+    }
+
+    #[tokio::test]
+    async fn log_level_without_control_is_404() {
+        let server = start(Fake::default(), LIMITS).await;
+        let r = get(server.addr, LOG_LEVEL).await;
+        check(&r, "HTTP/1.1 404 Not Found", TEXT);
+        let r = exchange(server.addr, &put(LOG_LEVEL, "debug")).await;
+        check(&r, "HTTP/1.1 404 Not Found", TEXT);
+    }
+
+    #[test]
+    fn only_loopback_may_change_state() {
+        for peer in [
+            "127.0.0.1:1",
+            "127.9.8.7:1",
+            "[::1]:1",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(may_change_state(peer.parse().unwrap()), "{peer}");
+        }
+        for peer in [
+            "10.0.0.1:1",
+            "0.0.0.0:1",
+            "[::ffff:10.0.0.1]:1",
+            "[fe80::1]:1",
+        ] {
+            assert!(!may_change_state(peer.parse().unwrap()), "{peer}");
+        }
+    }
+
     #[test]
     fn parses_request_heads() {
         let r = parse_head(b"GET /metrics?x=1#f HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
@@ -713,9 +1003,24 @@ mod tests {
             r,
             Request {
                 method: "GET",
-                path: "/metrics"
+                path: "/metrics",
+                content_length: None,
+                transfer_encoding: false,
             }
         );
+        let r = parse_head(b"PUT /x HTTP/1.1\r\ncontent-length: 12\r\nContent-Length:12 \r\n\r\n")
+            .unwrap();
+        assert_eq!(r.content_length, Some(12));
+        let r = parse_head(b"PUT /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert!(r.transfer_encoding);
+        for bad in [
+            &b"PUT /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n"[..],
+            b"PUT /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            b"PUT /x HTTP/1.1\r\nContent-Length: 1,1\r\n\r\n",
+            b"PUT /x HTTP/1.1\r\nContent-Length:\r\n\r\n",
+        ] {
+            assert_eq!(parse_head(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
         let r = parse_head(b"GET https://h:1 HTTP/1.1\r\n\r\n").unwrap();
         assert_eq!(r.path, "/");
         assert_eq!(parse_head(b"GET ://h/x HTTP/1.1\r\n\r\n"), None);

@@ -28,7 +28,15 @@ pub fn check_config(haproxy_bin: &str, config: &RenderedConfig) -> Result<(), Ch
 
 /// Runs `haproxy -c -f <path>`.
 pub fn check_file(haproxy_bin: &str, path: &Path) -> Result<(), CheckError> {
-    let output = Command::new(haproxy_bin)
+    // HAProxy 2.6 reads a server's client certificate (`crt` on `server`, from `server-crt`)
+    // relative to its working directory, not `default-path config`: check from the
+    // configuration's directory, as `run` starts HAProxy.
+    let path = &std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut command = Command::new(haproxy_bin);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        command.current_dir(dir);
+    }
+    let output = command
         .arg("-c")
         .arg("-f")
         .arg(path)

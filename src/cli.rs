@@ -45,6 +45,9 @@ pub enum Command {
         #[arg(long, env = "PORTCULLIS_TEMPLATES_DIR", global = true)]
         templates_dir: Option<PathBuf>,
     },
+    /// Print the CustomResourceDefinition of the TCP resource (YAML), generated from the types
+    /// that read it; `deploy/base/crd-tcp.yaml` is this output.
+    Crd,
     /// Print the version.
     Version,
 }
@@ -193,6 +196,23 @@ pub struct HaproxyArgs {
     /// Log filter, e.g. `info` or `portcullis=debug,haproxy=warn`.
     #[arg(long, env = "PORTCULLIS_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+    /// Log lines as human-readable `text` or as one JSON object per line (`json`).
+    #[arg(
+        long,
+        env = "PORTCULLIS_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (with colours when stderr is a terminal).
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message` and the fields.
+    Json,
 }
 
 #[derive(Debug, Args)]
@@ -216,6 +236,14 @@ pub struct DemoArgs {
     /// The HAProxy binary.
     #[arg(long, env = "PORTCULLIS_HAPROXY_BIN", default_value = "haproxy")]
     pub haproxy_bin: String,
+    /// Log lines as human-readable `text` or as one JSON object per line (`json`).
+    #[arg(
+        long,
+        env = "PORTCULLIS_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
 }
 
 /// A debounce period: a duration such as `100ms`, at most 10s.
@@ -311,6 +339,37 @@ pub struct PipelineArgs {
     /// cookies (`cookie-persistence`). Without it such cookies hold server slot names.
     #[arg(long, env = "PORTCULLIS_DYNAMIC_COOKIE_KEY_SECRET", value_parser = Key::parse_namespaced)]
     pub dynamic_cookie_key_secret: Option<Key>,
+    /// ConfigMap (NAMESPACE/NAME) of error pages: keys are status codes, values whole HTTP
+    /// responses, served by HAProxy (`errorfile`).
+    #[arg(long, env = "PORTCULLIS_CONFIGMAP_ERRORFILES", value_parser = Key::parse_namespaced)]
+    pub configmap_errorfiles: Option<Key>,
+    /// ConfigMap (NAMESPACE/NAME) of TCP services: keys are ports, values
+    /// `namespace/service:port[:ssl][:proxy]`.
+    #[arg(long, env = "PORTCULLIS_CONFIGMAP_TCP_SERVICES", value_parser = Key::parse_namespaced)]
+    pub configmap_tcp_services: Option<Key>,
+    /// Also bind this IPv6 address (e.g. `::`); without it there are no IPv6 binds.
+    #[arg(long, env = "PORTCULLIS_IPV6_BIND_ADDRESS")]
+    pub ipv6_bind_address: Option<std::net::Ipv6Addr>,
+    /// Do not bind the IPv4 address (needs --ipv6-bind-address).
+    #[arg(
+        long,
+        env = "PORTCULLIS_DISABLE_IPV4",
+        requires = "ipv6_bind_address",
+        conflicts_with = "disable_ipv6"
+    )]
+    pub disable_ipv4: bool,
+    /// Do not bind the IPv6 address, even with --ipv6-bind-address.
+    #[arg(long, env = "PORTCULLIS_DISABLE_IPV6")]
+    pub disable_ipv6: bool,
+    /// No HTTP frontend.
+    #[arg(long, env = "PORTCULLIS_DISABLE_HTTP")]
+    pub disable_http: bool,
+    /// No HTTPS frontend, even when certificates exist.
+    #[arg(long, env = "PORTCULLIS_DISABLE_HTTPS")]
+    pub disable_https: bool,
+    /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
+    #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
+    pub stats_bind_port: Option<u16>,
 }
 
 impl PipelineArgs {
@@ -327,6 +386,14 @@ impl PipelineArgs {
                 ipv4_address: self.ipv4_bind_address.to_string(),
                 http_port: self.http_bind_port,
                 https_port: self.https_bind_port,
+                ipv4: !self.disable_ipv4,
+                ipv6_address: self
+                    .ipv6_bind_address
+                    .filter(|_| !self.disable_ipv6)
+                    .map(|a| a.to_string()),
+                http: !self.disable_http,
+                https: !self.disable_https,
+                stats_port: self.stats_bind_port,
             },
             runtime_socket: None,
             identity: crate::translate::peers::Identity {
@@ -349,6 +416,8 @@ impl PipelineArgs {
                 in_annotations: self.allow_config_snippets_in_annotations,
             },
             dynamic_cookie_key_secret: self.dynamic_cookie_key_secret.clone(),
+            errorfiles_config_map: self.configmap_errorfiles.clone(),
+            tcp_services_config_map: self.configmap_tcp_services.clone(),
         }
     }
 }

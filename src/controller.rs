@@ -528,6 +528,9 @@ async fn apply_output(
                     .unwrap_or_default(),
             );
             metrics.ready.set(&[], 1.0);
+            metrics
+                .certificate_expiry
+                .replace_all(&certificate_expiry(&output.model));
             status.update(|s| {
                 s.ready = true;
                 s.last_error = None;
@@ -543,6 +546,21 @@ async fn apply_output(
         Err(e) => fail(status, metrics, e.to_string()),
     }
     Ok(())
+}
+
+/// The `notAfter` of every certificate in `model`, labelled with its Secret (`namespace/name`),
+/// for `portcullis_certificate_expiry_timestamp_seconds`.
+fn certificate_expiry(model: &crate::model::Model) -> Vec<(Vec<String>, f64)> {
+    model
+        .tls
+        .pem_files
+        .iter()
+        .filter_map(|pem| {
+            let secret = crate::translate::tls::secret_of_path(&pem.path)?;
+            let end = crate::translate::tls::not_after(&pem.content)?;
+            Some((vec![secret.to_string()], end as f64))
+        })
+        .collect()
 }
 
 /// The output without the certificates HAProxy's check messages name, with an error for each

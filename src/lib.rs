@@ -9,6 +9,7 @@ pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod controller;
+pub mod crd;
 pub mod demo;
 pub mod diagnostics;
 pub mod haproxy;

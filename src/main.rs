@@ -63,6 +63,16 @@ fn main() -> ExitCode {
                     .collect()
             }),
         ),
+        Command::Crd => match portcullis::crd::tcp_crd_yaml() {
+            Ok(yaml) => {
+                print_out(&yaml);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(exit::INPUT)
+            }
+        },
         Command::Version => {
             println_out(&format!("portcullis {}", env!("CARGO_PKG_VERSION")));
             ExitCode::SUCCESS
@@ -89,12 +99,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run(args) => {
-            init_logging(&args.haproxy.log_level);
+            init_logging(&args.haproxy.log_level, args.haproxy.log_format);
             let config = run_config(&args);
             block_on(controller::run(config))
         }
         Command::Demo(args) => {
-            init_logging("info");
+            init_logging("info", args.log_format);
             block_on(demo(args))
         }
         Command::Test(args) => site_test(&args),
@@ -272,6 +282,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
                 ipv4_address: "127.0.0.1".to_string(),
                 http_port: args.http_bind_port,
                 https_port: args.https_bind_port,
+                ..portcullis::model::Listen::default()
             },
             ..portcullis::translate::TranslateConfig::default()
         },
@@ -304,22 +315,66 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
     result
 }
 
-fn init_logging(filter: &str) {
-    // kube-rs logs every failed request at ERROR; Portcullis logs each one itself, with its
-    // cause and what happens next, so those lines are only noise unless asked for.
-    let filter = if filter.contains("kube") {
+/// Logs to stderr as text or JSON lines, with a filter the admin endpoint can replace
+/// (`PUT /debug/log-level`).
+fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_new(effective_filter(filter))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(effective_filter("info")));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    let registry = tracing_subscriber::registry().with(filter);
+    let installed = match format {
+        portcullis::cli::LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+        // One object per line; the event's fields (`message` among them) at the top level.
+        portcullis::cli::LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(std::io::stderr),
+            )
+            .try_init(),
+    };
+    if installed.is_ok() {
+        portcullis::admin::set_log_control(Box::new(ReloadableFilter(handle)));
+    }
+}
+
+/// kube-rs logs every failed request at ERROR; Portcullis logs each one itself, with its
+/// cause and what happens next, so those lines are only noise unless asked for.
+fn effective_filter(filter: &str) -> String {
+    if filter.contains("kube") {
         filter.to_string()
     } else {
         format!("{filter},kube_client::client::builder=off")
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    use std::io::IsTerminal;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
+    }
+}
+
+/// The log filter in force, replaceable through the admin endpoint.
+struct ReloadableFilter(
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
+);
+
+impl portcullis::admin::LogControl for ReloadableFilter {
+    fn current(&self) -> String {
+        self.0.with_current(ToString::to_string).unwrap_or_default()
+    }
+
+    fn set(&self, filter: &str) -> Result<String, String> {
+        let new = tracing_subscriber::EnvFilter::try_new(effective_filter(filter))
+            .map_err(|e| e.to_string())?;
+        let text = new.to_string();
+        self.0.reload(new).map_err(|e| e.to_string())?;
+        Ok(text)
+    }
 }
 
 /// Loads manifests, scripts and templates and runs the pipeline, printing diagnostics.

@@ -182,6 +182,22 @@ impl GaugeVec {
     pub fn get(&self, labels: &[&str]) -> f64 {
         self.0.read(labels, |v| *v).unwrap_or(0.0)
     }
+
+    /// Stops exporting the series for `labels` (nothing happens if it does not exist).
+    pub fn remove(&self, labels: &[&str]) {
+        self.0.remove(labels);
+    }
+
+    /// Makes the family hold exactly `series`: each is set, every other series is removed.
+    /// Label sets of the wrong length are dropped and counted as errors.
+    pub fn replace_all(&self, series: &[(Vec<String>, f64)]) {
+        self.0.replace_all(series);
+    }
+
+    /// The label values of every series, sorted.
+    pub fn label_sets(&self) -> Vec<Vec<String>> {
+        lock(&self.0.series).keys().cloned().collect()
+    }
 }
 
 /// Observations counted into buckets, per label set.
@@ -255,6 +271,9 @@ pub struct Metrics {
     pub status_writes: CounterVec,
     /// `portcullis_cluster_events_total{outcome}`, outcome = `emitted`, `suppressed` or `failed`.
     pub events: CounterVec,
+    /// `portcullis_certificate_expiry_timestamp_seconds{secret}`: the `notAfter` of each
+    /// certificate in the configuration in force, secret = `namespace/name`.
+    pub certificate_expiry: GaugeVec,
 }
 
 impl Default for Metrics {
@@ -355,6 +374,11 @@ impl Metrics {
                 "Kubernetes Events for rejected settings, by outcome (emitted, suppressed, failed).",
                 &["outcome"],
             ),
+            certificate_expiry: r.gauge_vec(
+                "portcullis_certificate_expiry_timestamp_seconds",
+                "Unix time at which each certificate in the configuration in force expires (its notAfter), by Secret (namespace/name).",
+                &["secret"],
+            ),
             registry: r,
         };
         for outcome in ["ok", "error"] {
@@ -416,12 +440,31 @@ impl<S: Series> Family<S> {
         f(value);
     }
 
+    fn remove(&self, labels: &[&str]) {
+        lock(&self.series).retain(|k, _| !k.iter().map(String::as_str).eq(labels.iter().copied()));
+    }
+
     fn read<R>(&self, labels: &[&str], f: impl FnOnce(&S) -> R) -> Option<R> {
         let series = lock(&self.series);
         series
             .iter()
             .find(|(k, _)| k.iter().map(String::as_str).eq(labels.iter().copied()))
             .map(|(_, v)| f(v))
+    }
+}
+
+impl Family<f64> {
+    /// Replaces every series at once, so a scrape never sees half of an update.
+    fn replace_all(&self, series: &[(Vec<String>, f64)]) {
+        let mut next = BTreeMap::new();
+        for (labels, value) in series {
+            if labels.len() == self.label_names.len() {
+                next.insert(labels.clone(), *value);
+            } else {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        *lock(&self.series) = next;
     }
 }
 
@@ -764,6 +807,33 @@ test_temperature{room="b"} 2.5
     }
 
     #[test]
+    fn gauge_series_can_be_removed_and_replaced() {
+        let r = Registry::new();
+        let g = r.gauge_vec("expiry", "E.", &["secret"]);
+        g.set(&["a/x"], 1.0);
+        g.set(&["a/y"], 2.0);
+        g.remove(&["a/x"]);
+        g.remove(&["nope"]);
+        assert_eq!(g.label_sets(), vec![vec!["a/y".to_string()]]);
+        g.replace_all(&[
+            (vec!["b/z".to_string()], 3.0),
+            (vec!["a/y".to_string()], 4.0),
+            (vec![], 5.0), // wrong label count: dropped and counted
+        ]);
+        let text = r.render();
+        assert!(
+            text.contains(
+                "# TYPE expiry gauge\nexpiry{secret=\"a/y\"} 4\nexpiry{secret=\"b/z\"} 3\n#"
+            ),
+            "{text}"
+        );
+        g.replace_all(&[]);
+        assert!(text.contains("# TYPE expiry gauge"), "{text}");
+        assert!(!r.render().contains("expiry{"));
+        assert_eq!(r.errors(), 1);
+    }
+
+    #[test]
     fn floats_render_as_prometheus_parses_them() {
         let mut out = String::new();
         for v in [
@@ -800,6 +870,7 @@ test_temperature{room="b"} 2.5
             "portcullis_applies_total",
             "portcullis_last_applied_timestamp_seconds",
             "portcullis_ready",
+            "portcullis_certificate_expiry_timestamp_seconds",
             ERRORS_METRIC,
         ] {
             assert!(

@@ -37,6 +37,34 @@ pub struct Model {
     pub tcp_backends: Vec<Backend>,
     /// `userlist` sections for basic authentication, one per Secret, sorted by name.
     pub userlists: Vec<Userlist>,
+    /// HAProxy error pages from the `--configmap-errorfiles` ConfigMap, by status code.
+    pub errorfiles: Vec<ErrorFile>,
+}
+
+/// An error page: `errorfile <code> <path>` in `defaults`; the file holds a whole HTTP
+/// response, checked by [`crate::translate::configmaps::parse_errorfile`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorFile {
+    pub code: u16,
+    /// `errorfiles/<code>.http`, relative to the configuration directory.
+    pub path: String,
+    /// The response. Not shown in `/debug/model`; HAProxy reads it only when it (re)loads.
+    #[serde(skip)]
+    pub content: String,
+}
+
+/// One `syslog-server` line: `log <address>[:<port>] [len <n>] [format <f>] <facility>
+/// [<level> [<minlevel>]]` in `global`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyslogServer {
+    /// An IP address, a host name, or `stdout`/`stderr`.
+    pub address: String,
+    pub port: Option<u16>,
+    pub length: Option<u32>,
+    pub format: Option<String>,
+    pub facility: String,
+    pub level: Option<String>,
+    pub minlevel: Option<String>,
 }
 
 /// A TCP-mode frontend.
@@ -56,6 +84,13 @@ pub struct TcpBind {
     /// A PEM file named directly on the bind (`ssl crt <file>`).
     pub certificate: Option<String>,
     pub alpn: Vec<String>,
+    /// Terminate TLS with the HTTPS frontend's crt-list (`ssl crt-list <file>`; a TCP service
+    /// of `--configmap-tcp-services` with the `ssl` option).
+    pub crt_list: bool,
+    /// Clients send a PROXY protocol header (`accept-proxy`).
+    pub accept_proxy: bool,
+    /// An IPv6 bind next to an IPv4 one on the same port (`v6only`).
+    pub v6only: bool,
 }
 
 /// HAProxy peers: replicas sharing stick tables.
@@ -116,6 +151,32 @@ pub struct Listen {
     pub ipv4_address: String,
     pub http_port: u16,
     pub https_port: u16,
+    /// Bind the IPv4 address (`--disable-ipv4` turns it off).
+    pub ipv4: bool,
+    /// Also bind this IPv6 address (`--ipv6-bind-address`, unless `--disable-ipv6`).
+    pub ipv6_address: Option<String>,
+    /// The HTTP frontend exists (`--disable-http` removes it).
+    pub http: bool,
+    /// The HTTPS frontend may exist (`--disable-https` removes it).
+    pub https: bool,
+    /// HAProxy's stats page and Prometheus exporter (`--stats-bind-port`).
+    pub stats_port: Option<u16>,
+}
+
+impl Default for Listen {
+    /// The flags' defaults: 0.0.0.0, HTTP on 80, HTTPS on 443, no IPv6, no stats.
+    fn default() -> Self {
+        Self {
+            ipv4_address: "0.0.0.0".to_string(),
+            http_port: 80,
+            https_port: 443,
+            ipv4: true,
+            ipv6_address: None,
+            http: true,
+            https: true,
+            stats_port: None,
+        }
+    }
 }
 
 /// Settings of the `defaults` section, from the global hook (controller ConfigMap).
@@ -127,6 +188,31 @@ pub struct GlobalSettings {
     pub config_snippet: Vec<String>,
     /// Raw lines for the HTTP and HTTPS frontends (`frontend-config-snippet`), already checked.
     pub frontend_snippet: Vec<String>,
+    /// TLS settings of the HTTPS bind from the ConfigMap (`client-ca`, `tls-alpn`, ...),
+    /// resolved by translation into [`Tls`].
+    pub tls: GlobalTls,
+    /// `maxconn` in `global`.
+    pub maxconn: Option<u32>,
+    /// `nbthread` in `global`.
+    pub nbthread: Option<u32>,
+    /// `hard-stop-after` in `global`, milliseconds.
+    pub hard_stop_after_ms: Option<u64>,
+    /// `log` targets replacing the default `log stdout` (`syslog-server`).
+    pub syslog_servers: Vec<SyslogServer>,
+    /// `log-format` of the HTTP proxies (`defaults`), checked by
+    /// [`crate::policy::global_keys::parse_log_format`].
+    pub log_format: Option<String>,
+    /// `log-format` of the TCP frontends.
+    pub log_format_tcp: Option<String>,
+    /// `option dontlognull` (none: on, the default).
+    pub dontlognull: Option<bool>,
+    /// `option logasap`.
+    pub logasap: Option<bool>,
+    /// `http-keep-alive`, `httpclose` or `http-server-close` (none: HAProxy's keep-alive).
+    pub http_connection_mode: Option<String>,
+    /// Client addresses allowed to send a PROXY protocol header to the HTTP and HTTPS
+    /// frontends (`proxy-protocol`), canonical CIDR blocks.
+    pub proxy_protocol: Vec<String>,
 }
 
 /// The routing maps. Keys are `host` + `path` (`host` empty for rules without a host, `*.`
@@ -140,6 +226,10 @@ pub struct RouteMaps {
     pub prefix: Vec<MapEntry>,
     /// Hosts redirected from HTTP to HTTPS: host → redirect code.
     pub ssl_redirect: Vec<MapEntry>,
+    /// `ssl-passthrough`: TLS server name → TCP backend (`maps/sni.map`). Not empty: the
+    /// HTTPS port is a TCP frontend that passes these names through and hands every other
+    /// connection to the HTTPS frontend (see `docs/tcp.md`).
+    pub sni: Vec<MapEntry>,
 }
 
 /// One line of a map file.
@@ -207,6 +297,17 @@ pub struct BackendSettings {
     pub cookie_persistence: Option<CookiePersistence>,
     /// The PROXY protocol keyword on `default-server` (`send-proxy`, `send-proxy-v2`, ...).
     pub send_proxy: Option<String>,
+    /// `server-ca` (a Secret `namespace/name`, from the script): verify the pods' certificates.
+    pub server_ca: Option<String>,
+    /// `server-crt` (a Secret `namespace/name`): the client certificate shown to the pods.
+    pub server_crt: Option<String>,
+    /// The CA file `server_ca` was written to (`certs/ca/<ns>_<name>.pem`), set by translation.
+    pub server_ca_file: Option<String>,
+    /// The certificate file of `server_crt` (`certs/client/<ns>_<name>.pem`), set by translation.
+    pub server_crt_file: Option<String>,
+    /// `server-ca` or `server-crt` is set but its Secret is unusable: the backend answers 503
+    /// rather than talk to the pods unverified or without its certificate.
+    pub server_tls_unusable: bool,
     /// Raw lines for the backend (`backend-config-snippet`), already checked.
     pub config_snippet: Vec<String>,
 }
@@ -227,6 +328,11 @@ impl Default for BackendSettings {
             source_persistence: None,
             cookie_persistence: None,
             send_proxy: None,
+            server_ca: None,
+            server_crt: None,
+            server_ca_file: None,
+            server_crt_file: None,
+            server_tls_unusable: false,
             config_snippet: Vec::new(),
         }
     }
@@ -435,6 +541,42 @@ pub struct Tls {
     pub pem_files: Vec<PemFile>,
     /// crt-list lines in order; the first is the default certificate.
     pub crt_list: Vec<CrtListEntry>,
+    /// ALPN protocols offered on the HTTPS bind (`tls-alpn`; default `h2`, `http/1.1`).
+    pub alpn: Vec<String>,
+    /// `strict-sni` on the HTTPS bind (`client-strict-sni`): no default certificate for
+    /// unknown names.
+    pub strict_sni: bool,
+    /// Client certificates checked on the HTTPS bind (`client-ca`).
+    pub client_auth: Option<ClientAuth>,
+    /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods). HAProxy
+    /// reads them only when it (re)loads: a change of content reloads. Content not shown in
+    /// `/debug/model`.
+    pub static_files: Vec<PemFile>,
+}
+
+/// What the global hook says about the HTTPS bind; Secrets are `namespace/name`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GlobalTls {
+    /// `client-ca`: the Secret whose `ca.crt` (else `tls.crt`) verifies client certificates.
+    pub client_ca: Option<String>,
+    /// `client-crt-optional`: a client without a (valid) certificate is still served.
+    pub client_crt_optional: bool,
+    /// `tls-alpn`: the ALPN protocols of the HTTPS bind.
+    pub alpn: Option<Vec<String>>,
+    /// `client-strict-sni`.
+    pub strict_sni: bool,
+    /// `ssl-certificate`: the default certificate's Secret.
+    pub ssl_certificate: Option<String>,
+}
+
+/// mTLS to clients: `ca-file <ca_file> verify <verify>` on the HTTPS bind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClientAuth {
+    /// `certs/ca/<namespace>_<name>.pem`; none when the Secret is unusable: then the HTTPS
+    /// frontend refuses every request (fail closed).
+    pub ca_file: Option<String>,
+    /// `required` or `optional` (`client-crt-optional`).
+    pub verify: String,
 }
 
 impl Tls {

@@ -444,6 +444,26 @@ pub fn parse_secret_ref(v: &str) -> ParseResult<(Option<String>, String)> {
     Ok((namespace.map(str::to_string), name.to_string()))
 }
 
+/// ALPN protocol names, comma-separated (`h2,http/1.1`): 1 to 16 names of letters, digits,
+/// `.`, `-` and `/`, each at most 32 characters; spaces around commas are ignored.
+pub fn parse_alpn(v: &str) -> ParseResult<Vec<String>> {
+    let list: Vec<String> = v.split(',').map(|p| p.trim().to_string()).collect();
+    let ok = (1..=16).contains(&list.len())
+        && list.iter().all(|p| {
+            !p.is_empty()
+                && p.len() <= 32
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'/'))
+        });
+    if ok {
+        Ok(list)
+    } else {
+        Err(format!(
+            "{v:?} is not a comma-separated list of ALPN protocol names (e.g. h2,http/1.1)"
+        ))
+    }
+}
+
 /// A user name of a `userlist`: letters, digits, `-`, `_` and `.` (what a Secret data key may
 /// hold), at most 253 characters.
 pub fn parse_user_name(v: &str) -> ParseResult<String> {

@@ -171,6 +171,7 @@ fn pipeline() -> Pipeline {
                 ipv4_address: "127.0.0.1".into(),
                 http_port: 8080,
                 https_port: 8443,
+                ..Listen::default()
             },
             ..TranslateConfig::default()
         },

@@ -8,8 +8,9 @@
 //!    configuration still named it);
 //! 2. `haproxy -c` accepts the configuration on disk;
 //! 3. the master's failed-reload counter (`show proc`) is still 0, and no apply failed;
-//! 4. every few steps, and at the end: each host whose certificate is determined by the model
-//!    is served exactly that certificate, every host routes to one of its Service's current
+//! 4. after every step, each host whose certificate is determined by the model is served
+//!    exactly that certificate (an in-process TLS handshake per host); every few steps, and at
+//!    the end, also: every host routes to one of its Service's current
 //!    endpoints (or is redirected to HTTPS, or gets 404/503, as the model says), and every TCP
 //!    bind serves its Service (with its certificate, for TLS binds).
 //!
@@ -720,6 +721,34 @@ fn who_http(h: &Harness, host: &str) -> String {
         .map_or_else(|| "no answer".to_string(), |a| a.who())
 }
 
+/// The SNIs whose certificate the model determines and that are served another one (or
+/// none).
+fn tls_mismatches(h: &Harness, world: &World, f: &Fixture) -> Vec<String> {
+    if !world.https_exists() {
+        return Vec::new();
+    }
+    let work = h.work();
+    let mut wrong = Vec::new();
+    for host in 0..HOSTS {
+        let claims: BTreeSet<&str> = world
+            .cert_claims(host)
+            .into_iter()
+            .map(|c| f.fingerprints[c].as_str())
+            .collect();
+        if claims.is_empty() {
+            continue;
+        }
+        let name = host_name(host);
+        match served_certificate(h.https_port, &name).map(|pem| fingerprint(&work, &pem)) {
+            Some(got) if claims.contains(got.as_str()) => {}
+            got => wrong.push(format!(
+                "https {name}: served {got:?}, want one of {claims:?}"
+            )),
+        }
+    }
+    wrong
+}
+
 /// What the model says about HAProxy right now, checked with real traffic. Returns the
 /// mismatches (empty: all as expected) and notes that are not failures.
 fn traffic_mismatches(h: &Harness, world: &World, f: &Fixture) -> (Vec<String>, Vec<String>) {
@@ -940,6 +969,7 @@ fn seeded_churn_never_names_a_missing_file_nor_fails_a_reload() {
     let mut step = 0;
     let mut apply_timeouts = 0;
     let mut traffic_checks = 0;
+    let mut tls_checks = 0;
     let mut notes: BTreeMap<String, usize> = BTreeMap::new();
     // Each step applies at least one operation; the whole run is bounded in time too.
     let max_steps = operations + 1;
@@ -1017,6 +1047,22 @@ fn seeded_churn_never_names_a_missing_file_nor_fails_a_reload() {
             context(),
             h.readyz()
         );
+        // 3b. Every step: each SNI whose certificate the model determines is served exactly
+        // that certificate (an in-process handshake per host).
+        let mut last = Vec::new();
+        let ok = poll(SETTLE, || {
+            last = tls_mismatches(&h, &world, &f);
+            last.is_empty().then_some(())
+        });
+        assert!(
+            ok.is_some(),
+            "{}
+TLS handshakes differ from the model after {SETTLE:?}:\n  {}\n{}",
+            context(),
+            last.join("\n  "),
+            tls_diagnosis(&h, &world, &f)
+        );
+        tls_checks += 1;
         // 4. Now and then, and at the end: what is served is what the model says.
         if step % check_every == 0 || done >= operations {
             traffic_checks += 1;
@@ -1063,6 +1109,7 @@ fn seeded_churn_never_names_a_missing_file_nor_fails_a_reload() {
         applies_end.get("runtime").copied().unwrap_or_default()
     );
     let _ = writeln!(summary, "  traffic checks: {traffic_checks}");
+    let _ = writeln!(summary, "  TLS checks (every step): {tls_checks}");
     let _ = writeln!(
         summary,
         "  steps not seen applied within {APPLY_WAIT:?}: {apply_timeouts}"

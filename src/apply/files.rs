@@ -115,11 +115,15 @@ pub fn remove_unreferenced(dir: &Path, keep: &RenderedConfig) -> Removal {
         owned_now.remove(&name);
     }
     let _ = save_owned(dir, &owned_now);
-    for sub in ["certs", "maps"] {
+    // `certs/ca` and `certs/client`: CA bundles and client certificates to the pods.
+    for sub in ["certs", "certs/ca", "certs/client", "maps", "errorfiles"] {
         let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
             continue;
         };
         for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
             let name = format!("{sub}/{}", entry.file_name().to_string_lossy());
             if !owned_now.contains(&name) && !name.contains("portcullis-tmp") {
                 removal.foreign.push(name);
@@ -134,7 +138,7 @@ pub fn remove_unreferenced(dir: &Path, keep: &RenderedConfig) -> Removal {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Removal {
     pub removed: Vec<String>,
-    /// Files in `certs/` or `maps/` that Portcullis did not write: left alone.
+    /// Files in `certs/`, `maps/` or `errorfiles/` that Portcullis did not write: left alone.
     pub foreign: Vec<String>,
 }
 

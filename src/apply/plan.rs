@@ -11,7 +11,9 @@ use std::net::IpAddr;
 
 use crate::haproxy::command::{Command, ServerState};
 use crate::model::{CrtListEntry, MapEntry, Model, ServerSlot};
-use crate::render::{CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SSL_REDIRECT_MAP};
+use crate::render::{
+    CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
+};
 
 /// One configuration as applied: the model and its files.
 #[derive(Debug, Clone)]
@@ -61,6 +63,17 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
             &old.structure,
             &new.structure,
         ));
+        return plan;
+    }
+    // HAProxy reads error pages only when it loads its configuration.
+    if old.model.errorfiles != new.model.errorfiles {
+        plan.reload_reasons
+            .push("error pages (--configmap-errorfiles) changed".to_string());
+        return plan;
+    }
+    // CA bundles and client certificates are read by HAProxy only when it loads.
+    if let Some(path) = static_file_change(&old.model, &new.model) {
+        plan.reload_reasons.push(format!("{path} changed"));
         return plan;
     }
     servers(old, new, &mut plan);
@@ -147,6 +160,27 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     };
     model.maps.exact = merge(&old.model.maps.exact, &new.model.maps.exact);
     model.maps.prefix = merge(&old.model.maps.prefix, &new.model.maps.prefix);
+    // ssl-passthrough: only to TCP backends the running HAProxy has.
+    model.maps.sni = {
+        let mut out: BTreeMap<&str, &str> = BTreeMap::new();
+        for e in &new.model.maps.sni {
+            if old.model.tcp_backends.iter().any(|b| b.name == e.value) {
+                out.insert(&e.key, &e.value);
+            } else if let Some(o) = old.model.maps.sni.iter().find(|o| o.key == e.key) {
+                out.insert(&o.key, &o.value);
+            }
+        }
+        out.into_iter()
+            .map(|(k, v)| MapEntry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect()
+    };
+    if old.model.maps.sni.is_empty() != model.maps.sni.is_empty() {
+        // The passthrough frontend exists or not: that is structural.
+        model.maps.sni = old.model.maps.sni.clone();
+    }
     let codes = &old.model.redirect_codes;
     model.maps.ssl_redirect = new
         .model
@@ -167,7 +201,16 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         certificates(old, new, &mut certs);
         if certs.reload_reasons.is_empty() {
             plan.commands.extend(certs.commands);
-            model.tls = new.model.tls.clone();
+            // Only the certificates changed at run time; the bind options and the files
+            // HAProxy reads when it loads are still the old ones.
+            let old_tls = &old.model.tls;
+            model.tls = crate::model::Tls {
+                alpn: old_tls.alpn.clone(),
+                strict_sni: old_tls.strict_sni,
+                client_auth: old_tls.client_auth.clone(),
+                static_files: old_tls.static_files.clone(),
+                ..new.model.tls.clone()
+            };
         }
     }
     plan.commands.retain(|c| c.to_wire().is_ok());
@@ -281,6 +324,15 @@ fn blank_runtime_parts(model: &Model) -> Model {
     m.maps.exact.clear();
     m.maps.prefix.clear();
     m.maps.ssl_redirect.clear();
+    // Whether the passthrough frontend exists is structural; which names it passes is not.
+    let had_sni = !m.maps.sni.is_empty();
+    m.maps.sni.clear();
+    if had_sni {
+        m.maps.sni.push(MapEntry {
+            key: "placeholder".to_string(),
+            value: "placeholder".to_string(),
+        });
+    }
     // Whether an HTTPS frontend exists is structural; which certificates it serves is not.
     let had_tls = m.tls.enabled();
     m.tls.pem_files.clear();
@@ -290,6 +342,23 @@ fn blank_runtime_parts(model: &Model) -> Model {
         entry.sni.clear();
     }
     m
+}
+
+/// The first file haproxy.cfg names directly (CA bundle, client certificate to the pods) whose
+/// content differs, or that one side has and the other not.
+fn static_file_change(old: &Model, new: &Model) -> Option<String> {
+    let files = |m: &Model| -> BTreeMap<String, String> {
+        m.tls
+            .static_files
+            .iter()
+            .map(|p| (p.path.clone(), p.content.clone()))
+            .collect()
+    };
+    let (a, b) = (files(old), files(new));
+    a.keys()
+        .chain(b.keys())
+        .find(|k| a.get(*k) != b.get(*k))
+        .cloned()
 }
 
 fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> String {
@@ -378,7 +447,7 @@ pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
 }
 
 fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
-    let pairs: [(&str, &[MapEntry], &[MapEntry]); 3] = [
+    let pairs: [(&str, &[MapEntry], &[MapEntry]); 4] = [
         (EXACT_MAP, &old.model.maps.exact, &new.model.maps.exact),
         (PREFIX_MAP, &old.model.maps.prefix, &new.model.maps.prefix),
         (
@@ -386,6 +455,7 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
             &old.model.maps.ssl_redirect,
             &new.model.maps.ssl_redirect,
         ),
+        (SNI_MAP, &old.model.maps.sni, &new.model.maps.sni),
     ];
     for (map, old_entries, new_entries) in pairs {
         let a: BTreeMap<&str, &str> = old_entries
@@ -787,5 +857,69 @@ mod tests {
             &[&a, &b, &e],
             &[a.clone(), e.clone(), b.clone()]
         ));
+    }
+
+    /// ssl-passthrough hosts for Service `vault`, and `server-ca` on `web` from Secret `ca`
+    /// holding `ca_pem`.
+    fn edge_cluster(hosts: &[&str], ca_pem: &str) -> Applied {
+        let mut objects = vec![
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "vault", "namespace": "ns",
+                   "annotations": {"haproxy.org/ssl-passthrough": "true"}},
+                   "spec": {"ports": [{"port": 443}]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "ns",
+                   "annotations": {"haproxy.org/server-ca": "ca"}},
+                   "spec": {"ports": [{"port": 80}]}}),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ca", "namespace": "ns"},
+                   "stringData": {"ca.crt": ca_pem}}),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                   "metadata": {"name": "web", "namespace": "ns"},
+                   "spec": {"rules": [{"host": "a.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}),
+        ];
+        for host in hosts {
+            objects.push(json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                   "metadata": {"name": host.replace('.', "-"), "namespace": "ns"},
+                   "spec": {"rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                        "backend": {"service": {"name": "vault", "port": {"number": 443}}}}]}}]}}));
+        }
+        let store =
+            Store::from_objects(objects.into_iter().map(|v| Object::from_value(v).unwrap()));
+        let p = pipeline();
+        let out = p.run(&store).unwrap();
+        Applied::new(out.model, out.rendered, &p.renderer)
+    }
+
+    #[test]
+    fn passthrough_hosts_are_map_updates_and_ca_files_reload() {
+        let ca = include_str!("../../tests/fixtures/tls/rsa.crt");
+        let other = include_str!("../../tests/fixtures/tls/ec.crt");
+        let none = edge_cluster(&[], ca);
+        let one = edge_cluster(&["v1.example.com"], ca);
+        let two = edge_cluster(&["v1.example.com", "v2.example.com"], ca);
+        // The first passthrough host adds the passthrough frontend: structural.
+        assert!(!plan_between(&none, &one).reload_reasons.is_empty());
+        // Another host for an existing TCP backend is one map entry, both ways.
+        let p = plan_between(&one, &two);
+        assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        let lines: Vec<String> = p.commands.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            ["add map maps/sni.map v2.example.com tcp_ns_vault_443"]
+        );
+        let back: Vec<String> = plan_between(&two, &one)
+            .commands
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(back, ["del map maps/sni.map v2.example.com"]);
+        // The last one going away is structural again.
+        assert!(!plan_between(&one, &none).reload_reasons.is_empty());
+        // A CA bundle is read only when HAProxy loads: its content changing reloads.
+        let p = plan_between(
+            &two,
+            &edge_cluster(&["v1.example.com", "v2.example.com"], other),
+        );
+        assert_eq!(p.reload_reasons, ["certs/ca/ns_ca.pem changed"]);
+        assert!(p.commands.is_empty());
     }
 }

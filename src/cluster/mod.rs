@@ -65,7 +65,13 @@ pub async fn start(
     }
     let plan = WatchPlan {
         namespaces: config.namespaces.clone(),
-        config_map: translate.config_map.clone(),
+        config_maps: translate
+            .config_map
+            .iter()
+            .chain(&translate.errorfiles_config_map)
+            .chain(&translate.tcp_services_config_map)
+            .cloned()
+            .collect(),
         pod_namespace: identity.pod_namespace.clone(),
         tcp: connected.tcp_crd_present,
         named_services,

@@ -82,8 +82,9 @@ impl WatchSpec {
 #[derive(Debug, Clone, Default)]
 pub struct WatchPlan {
     pub namespaces: NamespaceFilter,
-    /// The controller ConfigMap.
-    pub config_map: Option<Key>,
+    /// ConfigMaps named by flags (the controller ConfigMap, `--configmap-errorfiles`,
+    /// `--configmap-tcp-services`), each watched by name.
+    pub config_maps: Vec<Key>,
     /// Where the controller's own Pods live (peers).
     pub pod_namespace: Option<String>,
     pub tcp: bool,
@@ -151,7 +152,10 @@ impl WatchPlan {
                 specs.push(by_name(Kind::Secret, key));
             }
         }
-        if let Some(key) = &self.config_map {
+        let mut config_maps: Vec<&Key> = self.config_maps.iter().collect();
+        config_maps.sort();
+        config_maps.dedup();
+        for key in config_maps {
             specs.push(by_name(Kind::ConfigMap, key));
         }
         if let Some(ns) = &self.pod_namespace {
@@ -514,7 +518,11 @@ mod tests {
                 allow: allow.iter().map(|s| s.to_string()).collect(),
                 deny: deny.iter().map(|s| s.to_string()).collect(),
             },
-            config_map: Some(Key::new("ingress", "portcullis")),
+            config_maps: vec![
+                Key::new("ingress", "portcullis"),
+                Key::new("ingress", "tcp-services"),
+                Key::new("ingress", "portcullis"),
+            ],
             pod_namespace: Some("ingress".into()),
             tcp: true,
             named_services: vec![Key::new("ingress", "default-backend")],
@@ -538,6 +546,7 @@ mod tests {
                 "Secret (all namespaces)",
                 "TCP (all namespaces)",
                 "ConfigMap in ingress (metadata.name=portcullis)",
+                "ConfigMap in ingress (metadata.name=tcp-services)",
                 "Pod in ingress",
             ]
         );
@@ -557,6 +566,7 @@ mod tests {
                 "Service in ingress (metadata.name=default-backend)",
                 "EndpointSlice in ingress (kubernetes.io/service-name=default-backend)",
                 "ConfigMap in ingress (metadata.name=portcullis)",
+                "ConfigMap in ingress (metadata.name=tcp-services)",
                 "Pod in ingress",
             ]
         );

@@ -135,7 +135,17 @@ impl Haproxy {
         timeout: Duration,
     ) -> Result<Self, ProcessError> {
         let _ = std::fs::remove_file(master_socket);
-        let mut child = Process::new(bin)
+        // Absolute, since HAProxy runs in the configuration's directory.
+        let config = &std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+        let master_socket =
+            &std::path::absolute(master_socket).unwrap_or_else(|_| master_socket.to_path_buf());
+        let mut process = Process::new(bin);
+        // HAProxy 2.6 reads servers' client certificates (`server-crt`) relative to its working
+        // directory rather than `default-path config`.
+        if let Some(dir) = config.parent().filter(|d| !d.as_os_str().is_empty()) {
+            process.current_dir(dir);
+        }
+        let mut child = process
             .arg("-W")
             .arg("-db")
             .arg("-S")

@@ -12,6 +12,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     ),
     ("check.rhai", include_str!("../../scripts/check.rhai")),
     (
+        "client-ca.rhai",
+        include_str!("../../scripts/client-ca.rhai"),
+    ),
+    (
         "config-snippets.rhai",
         include_str!("../../scripts/config-snippets.rhai"),
     ),
@@ -23,6 +27,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     (
         "forwarded-for.rhai",
         include_str!("../../scripts/forwarded-for.rhai"),
+    ),
+    (
+        "global-settings.rhai",
+        include_str!("../../scripts/global-settings.rhai"),
     ),
     ("hsts.rhai", include_str!("../../scripts/hsts.rhai")),
     (
@@ -36,6 +44,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     (
         "pod-maxconn.rhai",
         include_str!("../../scripts/pod-maxconn.rhai"),
+    ),
+    (
+        "proxy-protocol.rhai",
+        include_str!("../../scripts/proxy-protocol.rhai"),
     ),
     (
         "rate-limit.rhai",
@@ -70,6 +82,10 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
         include_str!("../../scripts/send-proxy-protocol.rhai"),
     ),
     (
+        "server-ca.rhai",
+        include_str!("../../scripts/server-ca.rhai"),
+    ),
+    (
         "server-ssl.rhai",
         include_str!("../../scripts/server-ssl.rhai"),
     ),
@@ -81,6 +97,14 @@ pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     (
         "src-ip-header.rhai",
         include_str!("../../scripts/src-ip-header.rhai"),
+    ),
+    (
+        "ssl-offloading.rhai",
+        include_str!("../../scripts/ssl-offloading.rhai"),
+    ),
+    (
+        "ssl-passthrough.rhai",
+        include_str!("../../scripts/ssl-passthrough.rhai"),
     ),
     (
         "ssl-redirect.rhai",

@@ -325,6 +325,12 @@ impl HookContext {
             })
     }
 
+    /// `tls-alpn`: ALPN protocol names, as an array of strings.
+    fn get_alpn(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_alpn)
+            .map_or(Dynamic::UNIT, strings_to_array)
+    }
+
     /// `cors-allow-origin`: `"*"`, origins joined by `", "` or an anchored regex.
     fn get_cors_origin(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_cors_origin)
@@ -367,6 +373,45 @@ impl HookContext {
     fn get_acl(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_route_acl)
             .map_or(Dynamic::UNIT, |c| Dynamic::from(values::route_acl_text(&c)))
+    }
+
+    /// `syslog-server`: one map per line, `#{address, port, length, format, facility, level,
+    /// minlevel}` (absent parameters are `()`).
+    fn get_syslog_servers(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_syslog_servers)
+            .map_or(Dynamic::UNIT, |servers| {
+                let opt = |v: Option<String>| v.map_or(Dynamic::UNIT, Dynamic::from);
+                Dynamic::from_array(
+                    servers
+                        .into_iter()
+                        .map(|s| {
+                            let mut m = Map::new();
+                            m.insert("address".into(), s.address.into());
+                            m.insert(
+                                "port".into(),
+                                s.port
+                                    .map_or(Dynamic::UNIT, |p| Dynamic::from(INT::from(p))),
+                            );
+                            m.insert(
+                                "length".into(),
+                                s.length
+                                    .map_or(Dynamic::UNIT, |n| Dynamic::from(INT::from(n))),
+                            );
+                            m.insert("format".into(), opt(s.format));
+                            m.insert("facility".into(), s.facility.into());
+                            m.insert("level".into(), opt(s.level));
+                            m.insert("minlevel".into(), opt(s.minlevel));
+                            Dynamic::from_map(m)
+                        })
+                        .collect(),
+                )
+            })
+    }
+
+    /// `log-format`, `log-format-tcp`: a checked log format string.
+    fn get_log_format(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_log_format)
+            .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
     /// In a route hook, a context over the annotations of the Service the path routes to
@@ -543,6 +588,7 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("rewrite", HookContext::get_rewrite)
         .register_fn("http_check", HookContext::get_http_check)
         .register_fn("secret_ref", HookContext::get_secret_ref)
+        .register_fn("alpn", HookContext::get_alpn)
         .register_fn("cors_origin", HookContext::get_cors_origin)
         .register_fn("http_methods", HookContext::get_http_methods)
         .register_fn("header_names", HookContext::get_header_names)
@@ -553,5 +599,7 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("samples", HookContext::get_samples)
         .register_fn("acl", HookContext::get_acl)
         .register_fn("service", HookContext::service)
-        .register_fn("ignore_on", HookContext::ignore_on);
+        .register_fn("ignore_on", HookContext::ignore_on)
+        .register_fn("syslog_servers", HookContext::get_syslog_servers)
+        .register_fn("log_format", HookContext::get_log_format);
 }

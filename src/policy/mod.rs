@@ -7,6 +7,7 @@
 
 mod bundled;
 pub mod context;
+pub mod global_keys;
 pub mod settings;
 
 use std::path::Path;

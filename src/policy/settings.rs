@@ -28,6 +28,8 @@ pub struct RouteOutcome {
     /// `standalone-backend`: the route gets a backend of its own Ingress instead of the
     /// Service port's shared one.
     pub standalone_backend: Option<bool>,
+    /// `ssl-passthrough`: the route's host passes TLS through to the Service's pods (by SNI).
+    pub ssl_passthrough: Option<bool>,
 }
 
 /// `timeout_<name>` keys the global hook may return, with HAProxy's names.
@@ -43,6 +45,37 @@ const GLOBAL_TIMEOUTS: &[(&str, &str)] = &[
     ("timeout_tunnel", "tunnel"),
     ("timeout_check", "check"),
 ];
+
+/// `http-connection-mode` values, as HAProxy's `option` names them.
+pub const HTTP_CONNECTION_MODES: &[&str] = &["http-keep-alive", "httpclose", "http-server-close"];
+
+/// `syslog_servers`: an array of maps as `ctx.syslog_servers` returns them; each is put back
+/// into the `syslog-server` syntax and parsed again.
+fn syslog_servers(v: &Dynamic) -> Result<Vec<crate::model::SyslogServer>, String> {
+    let mut lines = Vec::new();
+    for item in array(v)? {
+        let map = item
+            .try_cast::<Map>()
+            .ok_or_else(|| "expected an array of maps #{address, facility, ...}".to_string())?;
+        let mut params = Vec::new();
+        for (k, val) in &map {
+            if val.is_unit() {
+                continue;
+            }
+            let text = if val.is_int() {
+                val.as_int().unwrap_or_default().to_string()
+            } else {
+                string(val)?
+            };
+            if text.contains([',', '\n']) {
+                return Err(format!("{k}: {text:?} contains ',' or a line break"));
+            }
+            params.push(format!("{k}:{text}"));
+        }
+        lines.push(params.join(", "));
+    }
+    super::global_keys::parse_syslog_servers(&lines.join("\n"))
+}
 
 /// `timeout_<name>` keys a backend hook may return.
 const BACKEND_TIMEOUTS: &[(&str, &str)] = &[
@@ -63,6 +96,27 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
         let result = match key {
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "frontend_snippet" => snippet(value).map(|s| out.frontend_snippet = s),
+            "client_ca" => secret(value).map(|s| out.tls.client_ca = Some(s)),
+            "client_crt_optional" => boolean(value).map(|b| out.tls.client_crt_optional = b),
+            "tls_alpn" => alpn(value).map(|a| out.tls.alpn = Some(a)),
+            "client_strict_sni" => boolean(value).map(|b| out.tls.strict_sni = b),
+            "ssl_certificate" => secret(value).map(|s| out.tls.ssl_certificate = Some(s)),
+            "maxconn" => int(value, 1, 10_000_000).map(|n| out.maxconn = Some(n as u32)),
+            "nbthread" => int(value, 1, 4096).map(|n| out.nbthread = Some(n as u32)),
+            "hard_stop_after" => duration_ms(value).map(|ms| out.hard_stop_after_ms = Some(ms)),
+            "syslog_servers" => syslog_servers(value).map(|s| out.syslog_servers = s),
+            "log_format" => string(value)
+                .and_then(|f| super::global_keys::parse_log_format(&f))
+                .map(|f| out.log_format = Some(f)),
+            "log_format_tcp" => string(value)
+                .and_then(|f| super::global_keys::parse_log_format(&f))
+                .map(|f| out.log_format_tcp = Some(f)),
+            "dontlognull" => boolean(value).map(|b| out.dontlognull = Some(b)),
+            "logasap" => boolean(value).map(|b| out.logasap = Some(b)),
+            "http_connection_mode" => string(value)
+                .and_then(|m| values::parse_enum(&m, HTTP_CONNECTION_MODES))
+                .map(|m| out.http_connection_mode = Some(m)),
+            "proxy_protocol" => cidrs(value).map(|c| out.proxy_protocol = c),
             _ => match GLOBAL_TIMEOUTS.iter().find(|(k, _)| *k == key) {
                 Some((_, name)) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(name.to_string(), ms);
@@ -105,6 +159,8 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
             "send_proxy" => string(value)
                 .and_then(|s| values::parse_send_proxy(&s))
                 .map(|k| out.send_proxy = Some(k)),
+            "server_ca" => secret(value).map(|s| out.server_ca = Some(s)),
+            "server_crt" => secret(value).map(|s| out.server_crt = Some(s)),
             _ => match BACKEND_TIMEOUTS.iter().find(|(k, _)| *k == key) {
                 Some((_, name)) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(name.to_string(), ms);
@@ -150,6 +206,7 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
                 .and_then(|c| values::parse_route_acl(&c))
                 .map(|c| out.route_acl = Some(c)),
             "standalone_backend" => boolean(value).map(|b| out.standalone_backend = Some(b)),
+            "ssl_passthrough" => boolean(value).map(|b| out.ssl_passthrough = Some(b)),
             "ssl_redirect" => boolean(value).map(|b| out.ssl_redirect = Some(b)),
             "ssl_redirect_code" => int(value, 300, 399).and_then(|c| {
                 if REDIRECT_CODES.contains(&c) {
@@ -166,6 +223,24 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
         }
     }
     errors
+}
+
+/// A Secret as `ctx.secret_ref` returns it: `"namespace/name"`.
+fn secret(v: &Dynamic) -> Result<String, String> {
+    let text = string(v)?;
+    match values::parse_secret_ref(&text)? {
+        (Some(ns), name) => Ok(format!("{ns}/{name}")),
+        (None, _) => Err(format!("{text:?} must be namespace/name")),
+    }
+}
+
+/// ALPN protocol names, an array as `ctx.alpn` returns it.
+fn alpn(v: &Dynamic) -> Result<Vec<String>, String> {
+    let items = array(v)?
+        .iter()
+        .map(string)
+        .collect::<Result<Vec<_>, _>>()?;
+    values::parse_alpn(&items.join(","))
 }
 
 fn unknown_key(key: &str, hook: &str) -> String {
@@ -493,6 +568,44 @@ mod tests {
         assert!(out.check);
         let keys: Vec<_> = errors.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(keys, ["balance", "nonsense"]);
+    }
+
+    #[test]
+    fn global_keys_are_parsed_again() {
+        let server = |facility: &str| {
+            let mut m = Map::new();
+            m.insert("address".into(), "10.0.0.1".into());
+            m.insert("port".into(), 514.into());
+            m.insert("facility".into(), facility.into());
+            m.insert("level".into(), Dynamic::UNIT);
+            Dynamic::from_array(vec![Dynamic::from_map(m)])
+        };
+        let mut map = Map::new();
+        map.insert("syslog_servers".into(), server("local3"));
+        map.insert("log_format".into(), "%ci %[src".into());
+        map.insert("http_connection_mode".into(), "keep-alive-please".into());
+        map.insert(
+            "proxy_protocol".into(),
+            Dynamic::from_array(vec!["10.0.0.0/8".into()]),
+        );
+        map.insert("maxconn".into(), 0.into());
+        let mut out = GlobalSettings::default();
+        let mut keys: Vec<String> = apply_global(&map, &mut out)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["http_connection_mode", "log_format", "maxconn"]);
+        assert_eq!(out.syslog_servers[0].facility, "local3");
+        assert_eq!(out.syslog_servers[0].port, Some(514));
+        assert_eq!(out.proxy_protocol, ["10.0.0.0/8"]);
+        for smuggled in ["local0\n  lua-load /x", "local0, address:1.2.3.4"] {
+            let mut map = Map::new();
+            map.insert("syslog_servers".into(), server(smuggled));
+            let mut out = GlobalSettings::default();
+            assert_eq!(apply_global(&map, &mut out).len(), 1, "{smuggled:?}");
+            assert!(out.syslog_servers.is_empty());
+        }
     }
 
     #[test]

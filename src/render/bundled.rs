@@ -15,6 +15,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/basic-auth.j2"),
     ),
     (
+        "parts/client-certificate.j2",
+        include_str!("../../templates/parts/client-certificate.j2"),
+    ),
+    (
         "parts/cors.j2",
         include_str!("../../templates/parts/cors.j2"),
     ),
@@ -35,6 +39,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/frontend-https.j2"),
     ),
     (
+        "parts/frontend-passthrough.j2",
+        include_str!("../../templates/parts/frontend-passthrough.j2"),
+    ),
+    (
         "parts/global.j2",
         include_str!("../../templates/parts/global.j2"),
     ),
@@ -43,8 +51,16 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/hsts.j2"),
     ),
     (
+        "parts/https-bind-options.j2",
+        include_str!("../../templates/parts/https-bind-options.j2"),
+    ),
+    (
         "parts/peers.j2",
         include_str!("../../templates/parts/peers.j2"),
+    ),
+    (
+        "parts/proxy-protocol.j2",
+        include_str!("../../templates/parts/proxy-protocol.j2"),
     ),
     (
         "parts/request-capture.j2",
@@ -65,6 +81,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
     (
         "parts/src-ip-header.j2",
         include_str!("../../templates/parts/src-ip-header.j2"),
+    ),
+    (
+        "parts/stats.j2",
+        include_str!("../../templates/parts/stats.j2"),
     ),
     ("parts/tcp.j2", include_str!("../../templates/parts/tcp.j2")),
     (

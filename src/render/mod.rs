@@ -25,6 +25,8 @@ pub const EXACT_MAP: &str = "maps/exact.map";
 pub const PREFIX_MAP: &str = "maps/prefix.map";
 pub const SSL_REDIRECT_MAP: &str = "maps/ssl-redirect.map";
 pub const CRT_LIST: &str = "certs/crt-list.txt";
+/// `ssl-passthrough`: TLS server name → TCP backend; written only when passthrough is used.
+pub const SNI_MAP: &str = "maps/sni.map";
 
 /// Rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +63,7 @@ struct Files {
     prefix_map: &'static str,
     ssl_redirect_map: &'static str,
     crt_list: &'static str,
+    sni_map: &'static str,
 }
 
 const FILES: Files = Files {
@@ -68,6 +71,7 @@ const FILES: Files = Files {
     prefix_map: PREFIX_MAP,
     ssl_redirect_map: SSL_REDIRECT_MAP,
     crt_list: CRT_LIST,
+    sni_map: SNI_MAP,
 };
 
 /// The rendered configuration: every file, by path relative to the config directory.
@@ -240,9 +244,20 @@ impl Renderer {
             }
             files.insert(CRT_LIST.to_string(), list.into_bytes());
         }
+        if !model.maps.sni.is_empty() {
+            files.insert(SNI_MAP.to_string(), map_file(SNI_MAP, &model.maps.sni)?);
+        }
+        // CA bundles and client certificates haproxy.cfg names directly.
+        for pem in &model.tls.static_files {
+            files.insert(pem.path.clone(), pem.content.clone().into_bytes());
+        }
         // Certificates named by the crt-list or directly by TCP binds.
         for pem in &model.tls.pem_files {
             files.insert(pem.path.clone(), pem.content.clone().into_bytes());
+        }
+        // Error pages (`errorfile` in defaults).
+        for page in &model.errorfiles {
+            files.insert(page.path.clone(), page.content.clone().into_bytes());
         }
         Ok(RenderedConfig { files })
     }

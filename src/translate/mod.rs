@@ -7,12 +7,14 @@
 pub mod auth;
 pub mod backends;
 pub mod class;
+pub mod configmaps;
 pub mod cookies;
 pub mod peers;
 pub mod routes;
 pub mod slots;
 pub mod tcp;
 pub mod tls;
+pub mod tls_edge;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -52,6 +54,10 @@ pub struct TranslateConfig {
     pub snippets: crate::snippets::SnippetPolicy,
     /// The Secret holding the key of dynamic persistence cookies (`cookie-persistence`).
     pub dynamic_cookie_key_secret: Option<Key>,
+    /// `--configmap-errorfiles`: status code → HTTP response served as HAProxy's error page.
+    pub errorfiles_config_map: Option<Key>,
+    /// `--configmap-tcp-services`: port → `namespace/service:port[:ssl][:proxy]`.
+    pub tcp_services_config_map: Option<Key>,
 }
 
 impl Default for TranslateConfig {
@@ -66,11 +72,7 @@ impl Default for TranslateConfig {
             config_map: None,
             default_backend_service: None,
             default_ssl_certificate: None,
-            listen: Listen {
-                ipv4_address: "0.0.0.0".to_string(),
-                http_port: 80,
-                https_port: 443,
-            },
+            listen: Listen::default(),
             runtime_socket: None,
             identity: peers::Identity {
                 peer_port: 10000,
@@ -78,6 +80,8 @@ impl Default for TranslateConfig {
             },
             snippets: crate::snippets::SnippetPolicy::default(),
             dynamic_cookie_key_secret: None,
+            errorfiles_config_map: None,
+            tcp_services_config_map: None,
         }
     }
 }
@@ -132,6 +136,8 @@ pub fn translate(
         default_backend: None,
         captures: Vec::new(),
         userlists: auth::Userlists::default(),
+        passthrough: Vec::new(),
+        static_files: BTreeMap::new(),
     };
     t.load_config_map();
     policy.begin_run();
@@ -182,9 +188,16 @@ pub fn translate(
             .then_with(|| a.0.cmp(b.0))
     });
     t.tcp_objects(&tcps);
-    if let Some(key) = &config.default_ssl_certificate {
-        t.default_certificate(key);
+    // The ConfigMap's `ssl-certificate` replaces --default-ssl-certificate when it loads.
+    if let Some(reference) = &global.tls.ssl_certificate {
+        t.default_certificate_from(&tls_edge::secret_key(reference), "ssl-certificate");
     }
+    if t.default_certificate.is_none() {
+        if let Some(key) = &config.default_ssl_certificate {
+            t.default_certificate(key);
+        }
+    }
+    t.tcp_services_config_map();
     t.finish(global)
 }
 
@@ -209,6 +222,10 @@ struct Translator<'a> {
     captures: Vec<crate::model::FrontendCapture>,
     /// `userlist` sections of basic authentication, read from Secrets.
     userlists: auth::Userlists,
+    /// `ssl-passthrough` hosts, resolved into the SNI map in `finish`.
+    passthrough: Vec<tls_edge::PassthroughClaim>,
+    /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
+    static_files: BTreeMap<String, String>,
 }
 
 impl Translator<'_> {
@@ -498,6 +515,12 @@ impl Translator<'_> {
                     .with_snippets(self.config.snippets)
                     .with_service(self.service_source(&service_key));
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                // ssl-passthrough: the host goes to the Service's TCP backend by SNI; the
+                // path makes no HTTP route.
+                if outcome.ssl_passthrough == Some(true) {
+                    self.passthrough_route(&host, service_key, resolved, rank, &object, field);
+                    continue;
+                }
                 // standalone-backend: this Ingress gets a backend of its own for the Service.
                 let backend = if outcome.standalone_backend == Some(true) {
                     self.register_standalone_backend(
@@ -670,6 +693,56 @@ impl Translator<'_> {
         Ok(pem.path)
     }
 
+    /// `ssl-passthrough` for the rule's host: only a host name (a TLS server name) can be
+    /// passed through.
+    fn passthrough_route(
+        &mut self,
+        host: &str,
+        service: Key,
+        port: ResolvedPort,
+        rank: usize,
+        ingress: &ObjectRef,
+        field: String,
+    ) {
+        if host.is_empty() || host.starts_with("*.") {
+            self.diags.object(
+                Severity::Warning,
+                ingress,
+                field,
+                "ssl-passthrough needs a rule with a host name (no wildcard): TLS connections are chosen by their exact server name; path skipped",
+            );
+            return;
+        }
+        let backend = format!("tcp_{}_{}_{}", service.namespace, service.name, port.number);
+        self.passthrough.push(tls_edge::PassthroughClaim {
+            host: host.to_string(),
+            backend,
+            service: (service, port),
+            rank,
+            ingress: ingress.clone(),
+            field,
+        });
+    }
+
+    /// The default certificate from the ConfigMap's `field`; problems are reported on the
+    /// Secret under that key.
+    fn default_certificate_from(&mut self, key: &Key, field: &str) {
+        match self.certificate(key) {
+            Ok(path) => {
+                self.default_certificate = Some(CrtListEntry {
+                    path,
+                    sni: Vec::new(),
+                });
+            }
+            Err(e) => self.diags.object(
+                Severity::Error,
+                &ObjectRef::new(Kind::Secret, key),
+                field,
+                e,
+            ),
+        }
+    }
+
     fn default_certificate(&mut self, key: &Key) {
         match self.certificate(key) {
             Ok(path) => {
@@ -688,8 +761,11 @@ impl Translator<'_> {
     }
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
+        let global_tls = global.tls.clone();
         // Without a certificate there is no HTTPS frontend to redirect to.
-        let redirects = if self.tls_entries.is_empty() && self.default_certificate.is_none() {
+        let redirects = if !self.config.listen.https
+            || (self.tls_entries.is_empty() && self.default_certificate.is_none())
+        {
             Vec::new()
         } else {
             std::mem::take(&mut self.redirects)
@@ -703,6 +779,53 @@ impl Translator<'_> {
         for (name, build) in std::mem::take(&mut self.backends) {
             backends.push(self.backend(name, build));
         }
+        for b in &mut backends {
+            let service = ObjectRef::new(Kind::Service, &Key::new(&b.namespace, &b.service));
+            tls_edge::resolve_server_tls(
+                &mut b.settings,
+                self.store,
+                &service,
+                &mut self.diags,
+                &mut self.static_files,
+            );
+        }
+        let (sni, winners) =
+            tls_edge::sni_map(std::mem::take(&mut self.passthrough), &mut self.diags);
+        maps.sni = sni;
+        for claim in winners {
+            self.register_tcp_backend(&claim.service.0, claim.service.1);
+        }
+        let client_auth = global_tls.client_ca.as_deref().map(|reference| {
+            let verify = if global_tls.client_crt_optional {
+                "optional"
+            } else {
+                "required"
+            }
+            .to_string();
+            match tls_edge::ca_file(self.store, reference) {
+                Ok(pem) => {
+                    let ca_file = Some(pem.path.clone());
+                    self.static_files.insert(pem.path, pem.content);
+                    crate::model::ClientAuth { ca_file, verify }
+                }
+                Err(e) => {
+                    let subject = self.config.config_map.as_ref().map_or_else(
+                        || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
+                        |k| ObjectRef::new(Kind::ConfigMap, k),
+                    );
+                    self.diags.object(
+                        Severity::Error,
+                        &subject,
+                        "client-ca",
+                        format!("{e}; HTTPS requests are refused (403) until it is fixed"),
+                    );
+                    crate::model::ClientAuth {
+                        ca_file: None,
+                        verify,
+                    }
+                }
+            }
+        });
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
             tcp_backends.push(self.backend(name, build));
@@ -746,11 +869,22 @@ impl Translator<'_> {
             tls: Tls {
                 pem_files,
                 crt_list,
+                alpn: global_tls
+                    .alpn
+                    .clone()
+                    .unwrap_or_else(|| vec!["h2".to_string(), "http/1.1".to_string()]),
+                strict_sni: global_tls.strict_sni,
+                client_auth,
+                static_files: std::mem::take(&mut self.static_files)
+                    .into_iter()
+                    .map(|(path, content)| crate::model::PemFile { path, content })
+                    .collect(),
             },
             peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,
             userlists: std::mem::take(&mut self.userlists).into_vec(),
+            errorfiles: self.errorfiles(),
         };
         Translation {
             model,

@@ -50,16 +50,7 @@ impl Translator<'_> {
     pub(super) fn tcp_objects(&mut self, objects: &[(&Key, &Arc<Tcp>)]) {
         // Frontend names and bind addresses already taken, and by whom.
         let mut names: BTreeMap<String, ObjectRef> = BTreeMap::new();
-        let mut addresses: BTreeMap<(String, u16), String> = BTreeMap::new();
-        let http_address = self.config.listen.ipv4_address.clone();
-        addresses.insert(
-            (http_address.clone(), self.config.listen.http_port),
-            "the HTTP frontend".to_string(),
-        );
-        addresses.insert(
-            (http_address, self.config.listen.https_port),
-            "the HTTPS frontend".to_string(),
-        );
+        let mut addresses: BTreeMap<(String, u16), String> = self.listen_binds();
         for (key, tcp) in objects {
             let object = ObjectRef::new(Kind::Tcp, key);
             for (i, entry) in tcp.spec.iter().enumerate() {
@@ -173,10 +164,10 @@ impl Translator<'_> {
         if bind.port == 0 {
             return Err("port 0 is not a port; bind skipped".to_string());
         }
-        // 0.0.0.0 overlaps every IPv4 address on the same port.
-        let clash = taken.iter().find(|((a, p), _)| {
-            *p == bind.port && (*a == address || a == "0.0.0.0" || address == "0.0.0.0")
-        });
+        // 0.0.0.0 overlaps every IPv4 address on the same port (and :: every IPv6 one).
+        let clash = taken
+            .iter()
+            .find(|((a, p), _)| *p == bind.port && super::configmaps::overlaps(a, &address));
         if let Some((_, owner)) = clash {
             return Err(format!(
                 "{address}:{} is already bound by {owner}; bind skipped",
@@ -208,6 +199,9 @@ impl Translator<'_> {
             port: bind.port,
             certificate,
             alpn,
+            crt_list: false,
+            accept_proxy: false,
+            v6only: false,
         })
     }
 }

@@ -92,6 +92,35 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     })
 }
 
+/// Builds a CA bundle from a Secret's `ca.crt` (else `tls.crt`, the incumbent's key): every
+/// CERTIFICATE block, each a readable X.509 certificate, re-encoded; nothing else is kept.
+/// Written as `certs/ca/<namespace>_<name>.pem` and named by `ca-file`.
+pub fn ca_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
+    let (field, text) = match secret_field(secret, "ca.crt") {
+        Ok(text) => ("ca.crt", text),
+        Err(_) => (
+            "tls.crt",
+            secret_field(secret, "tls.crt")
+                .map_err(|_| "neither ca.crt nor tls.crt is present".to_string())?,
+        ),
+    };
+    let blocks = pem_blocks(&text, field)?;
+    let mut content = String::new();
+    for (label, der) in blocks.iter().filter(|(l, _)| l == "CERTIFICATE") {
+        if certificate_public_key(der).is_none() {
+            return Err(format!("{field}: a certificate is not valid DER X.509"));
+        }
+        content.push_str(&encode_block(label, der));
+    }
+    if content.is_empty() {
+        return Err(format!("{field} holds no CERTIFICATE block"));
+    }
+    Ok(PemFile {
+        path: format!("certs/ca/{}_{}.pem", key.namespace, key.name),
+        content,
+    })
+}
+
 fn secret_field(secret: &Secret, name: &str) -> Result<String, String> {
     let bytes = secret
         .data

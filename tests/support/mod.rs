@@ -15,8 +15,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use portcullis::demo::{EchoServer, spawn_echo};
@@ -556,20 +556,16 @@ pub fn self_signed(dir: &Path, host: &str, tag: &str) -> (String, String) {
 }
 
 /// The SHA-256 fingerprint of the first certificate in `pem`, as `openssl x509` prints it.
-pub fn fingerprint(dir: &Path, pem: &str) -> String {
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let file = dir.join(format!("fp-{n}.pem"));
-    std::fs::write(&file, pem).expect("writing a certificate");
-    let mut cmd = Command::new("openssl");
-    cmd.args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-        .arg(&file);
-    let out = output_within(cmd, Duration::from_secs(10));
-    assert!(
-        out.status.success(),
-        "openssl x509: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+pub fn fingerprint(_dir: &Path, pem: &str) -> String {
+    use rustls::pki_types::pem::PemObject as _;
+    use sha2::Digest as _;
+    let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .expect("a certificate in the PEM text")
+        .expect("a readable certificate");
+    let digest = sha2::Sha256::digest(der.as_ref());
+    let hex: Vec<String> = digest.iter().map(|b| format!("{b:02X}")).collect();
+    format!("sha256 Fingerprint={}", hex.join(":"))
 }
 
 /// A GET through TLS on `127.0.0.1:port` with SNI `server_name` (by `openssl s_client`).
@@ -593,18 +589,111 @@ pub fn with_metadata(doc: &str, lines: &str) -> String {
 }
 
 /// The certificate served on `127.0.0.1:port` for SNI `server_name`, as PEM, if a handshake
-/// succeeded.
+/// succeeded. An in-process TLS handshake (rustls, any certificate accepted): fast enough to
+/// check every SNI after every step of a churn test.
 pub fn served_certificate(port: u16, server_name: &str) -> Option<String> {
-    let mut cmd = Command::new("openssl");
-    cmd.args(["s_client", "-connect"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("-servername")
-        .arg(server_name);
-    let out = output_within(cmd, Duration::from_secs(10));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let start = text.find("-----BEGIN CERTIFICATE-----")?;
-    let end = text[start..].find("-----END CERTIFICATE-----")? + start;
-    Some(format!("{}-----END CERTIFICATE-----\n", &text[start..end]))
+    let der = served_certificate_der(port, server_name)?;
+    Some(pem_encode("CERTIFICATE", &der))
+}
+
+/// The leaf certificate (DER) served on `127.0.0.1:port` for SNI `server_name`.
+pub fn served_certificate_der(port: u16, server_name: &str) -> Option<Vec<u8>> {
+    use std::io::Write as _;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    sock.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).ok()?;
+    }
+    let der = conn.peer_certificates()?.first()?.as_ref().to_vec();
+    conn.send_close_notify();
+    let _ = conn.complete_io(&mut sock);
+    let _ = sock.flush();
+    Some(der)
+}
+
+/// A verifier for tests that want to see which certificate is served, whatever it is.
+#[derive(Debug)]
+struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// PEM text of one DER object.
+pub fn pem_encode(label: &str, der: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::with_capacity(der.len() * 4 / 3 + 4);
+    for chunk in der.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
 }
 
 // ---------------------------------------------------------------------------------------------

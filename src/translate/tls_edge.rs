@@ -1,0 +1,189 @@
+//! TLS at the edge beyond offload certificates: `ssl-passthrough` routes (TLS server name →
+//! TCP backend), the CA that verifies client certificates (`client-ca`), and verified TLS to
+//! the pods (`server-ca`, `server-crt`).
+//!
+//! Scripts only name Secrets; the Secrets are read here. File names come from the Secret's
+//! namespace and name (validated DNS names), never from other user strings:
+//! `certs/ca/<namespace>_<name>.pem` for CA bundles, `certs/client/<namespace>_<name>.pem`
+//! for client certificates to the pods.
+
+use std::collections::BTreeMap;
+
+use crate::diagnostics::{Diagnostics, Severity};
+use crate::model::{BackendSettings, MapEntry, PemFile};
+#[cfg(test)]
+use crate::objects::Kind;
+use crate::objects::{Key, ObjectRef};
+use crate::store::Store;
+
+use super::tls;
+
+/// A host an Ingress path asks to pass through to a TCP backend.
+#[derive(Debug, Clone)]
+pub struct PassthroughClaim {
+    pub host: String,
+    /// `tcp_<namespace>_<service>_<port>`.
+    pub backend: String,
+    /// The Service port, registered as a TCP backend only if the claim wins.
+    pub service: (Key, super::backends::ResolvedPort),
+    /// The Ingress' age rank: the older claim wins.
+    pub rank: usize,
+    pub ingress: ObjectRef,
+    pub field: String,
+}
+
+/// The SNI map: one entry per host, the oldest Ingress' claim winning; a younger claim for
+/// another backend gets a warning. Sorted by host. Returns the winning claims.
+pub fn sni_map(
+    mut claims: Vec<PassthroughClaim>,
+    diags: &mut Diagnostics,
+) -> (Vec<MapEntry>, Vec<PassthroughClaim>) {
+    claims.sort_by(|a, b| a.rank.cmp(&b.rank).then_with(|| a.field.cmp(&b.field)));
+    let mut chosen: BTreeMap<String, PassthroughClaim> = BTreeMap::new();
+    for claim in claims {
+        match chosen.get(&claim.host) {
+            None => {
+                chosen.insert(claim.host.clone(), claim);
+            }
+            Some(first) if first.backend != claim.backend => diags.object(
+                Severity::Warning,
+                &claim.ingress,
+                claim.field.clone(),
+                format!(
+                    "ssl-passthrough for host {} is already claimed by {} ({}), which takes precedence",
+                    claim.host, first.ingress, first.field
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    let entries = chosen
+        .iter()
+        .map(|(host, claim)| MapEntry {
+            key: host.clone(),
+            value: claim.backend.clone(),
+        })
+        .collect();
+    (entries, chosen.into_values().collect())
+}
+
+/// `"namespace/name"` (as the settings parser returns it) → a key.
+pub fn secret_key(reference: &str) -> Key {
+    let (ns, name) = reference.split_once('/').unwrap_or(("", reference));
+    Key::new(ns, name)
+}
+
+/// The CA bundle of Secret `reference`, or why it cannot be used.
+pub fn ca_file(store: &Store, reference: &str) -> Result<PemFile, String> {
+    let key = secret_key(reference);
+    let secret = store
+        .secret(&key)
+        .ok_or_else(|| format!("Secret {key} does not exist"))?;
+    tls::ca_file(&key, secret).map_err(|e| format!("Secret {key}: {e}"))
+}
+
+/// The client certificate (chain and key) of `kubernetes.io/tls` Secret `reference`.
+pub fn client_certificate(store: &Store, reference: &str) -> Result<PemFile, String> {
+    let key = secret_key(reference);
+    let secret = store
+        .secret(&key)
+        .ok_or_else(|| format!("Secret {key} does not exist"))?;
+    let pem = tls::pem_file(&key, secret).map_err(|e| format!("Secret {key}: {e}"))?;
+    Ok(PemFile {
+        path: format!("certs/client/{}_{}.pem", key.namespace, key.name),
+        content: pem.content,
+    })
+}
+
+/// Resolves `server-ca` and `server-crt` of an HTTP backend into files. Either turns TLS to
+/// the pods on. A Secret that cannot be used is reported on the Service and makes the
+/// backend refuse every request (503): it must not fall back to unverified TLS, or to TLS
+/// without the certificate the pods expect.
+pub fn resolve_server_tls(
+    settings: &mut BackendSettings,
+    store: &Store,
+    service: &ObjectRef,
+    diags: &mut Diagnostics,
+    files: &mut BTreeMap<String, String>,
+) {
+    if settings.server_ca.is_none() && settings.server_crt.is_none() {
+        return;
+    }
+    settings.server_ssl = true;
+    if let Some(reference) = settings.server_ca.clone() {
+        match ca_file(store, &reference) {
+            Ok(pem) => {
+                settings.server_ca_file = Some(pem.path.clone());
+                files.insert(pem.path, pem.content);
+            }
+            Err(e) => {
+                diags.object(
+                    Severity::Error,
+                    service,
+                    "server-ca",
+                    format!("{e}; the backend answers 503 until it is fixed"),
+                );
+                settings.server_tls_unusable = true;
+            }
+        }
+    }
+    if let Some(reference) = settings.server_crt.clone() {
+        match client_certificate(store, &reference) {
+            Ok(pem) => {
+                settings.server_crt_file = Some(pem.path.clone());
+                files.insert(pem.path, pem.content);
+            }
+            Err(e) => {
+                diags.object(
+                    Severity::Error,
+                    service,
+                    "server-crt",
+                    format!("{e}; the backend answers 503 until it is fixed"),
+                );
+                settings.server_tls_unusable = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_claim_for_a_host_wins() {
+        let claim = |host: &str, backend: &str, rank: usize| PassthroughClaim {
+            host: host.to_string(),
+            backend: backend.to_string(),
+            service: (
+                Key::new("ns", "s"),
+                super::super::backends::ResolvedPort {
+                    number: 443,
+                    name: String::new(),
+                    external: None,
+                },
+            ),
+            rank,
+            ingress: ObjectRef::new(Kind::Ingress, &Key::new("ns", format!("i{rank}"))),
+            field: "spec.rules[0]".to_string(),
+        };
+        let mut diags = Diagnostics::new();
+        let (map, _) = sni_map(
+            vec![
+                claim("b.example.com", "tcp_ns_b_443", 1),
+                claim("a.example.com", "tcp_ns_a_443", 2),
+                claim("b.example.com", "tcp_ns_c_443", 0),
+            ],
+            &mut diags,
+        );
+        let lines: Vec<String> = map
+            .iter()
+            .map(|e| format!("{} {}", e.key, e.value))
+            .collect();
+        assert_eq!(
+            lines,
+            ["a.example.com tcp_ns_a_443", "b.example.com tcp_ns_c_443"]
+        );
+        assert_eq!(diags.len(), 1);
+    }
+}
