@@ -178,6 +178,7 @@ fn candidates(diagnostics: &[Diagnostic], store: &Store) -> Vec<Candidate> {
             Kind::Tcp => (TCP_API_VERSION, tcps.get(&key).copied()),
             Kind::Service => ("v1", store.service(&key).map(|o| &o.metadata)),
             Kind::ConfigMap => ("v1", store.config_map(&key).map(|o| &o.metadata)),
+            Kind::Secret => ("v1", store.secret(&key).map(|o| &o.metadata)),
             _ => continue,
         };
         let Some(meta) = meta else { continue };
@@ -211,7 +212,7 @@ fn candidates(diagnostics: &[Diagnostic], store: &Store) -> Vec<Candidate> {
 fn reported(o: &ObjectRef) -> bool {
     matches!(
         o.kind,
-        Kind::Ingress | Kind::Service | Kind::Tcp | Kind::ConfigMap
+        Kind::Ingress | Kind::Service | Kind::Tcp | Kind::ConfigMap | Kind::Secret
     ) && !o.namespace.is_empty()
 }
 
@@ -437,6 +438,8 @@ mod tests {
                                     "resourceVersion": "42"}}),
                 json!({"apiVersion": "v1", "kind": "Service",
                        "metadata": {"name": "app", "namespace": "web", "uid": "u-2"}}),
+                json!({"apiVersion": "v1", "kind": "Secret",
+                       "metadata": {"name": "app", "namespace": "web", "uid": "u-3"}}),
             ]
             .into_iter()
             .map(|v| Object::from_value(v).unwrap()),
@@ -461,7 +464,12 @@ mod tests {
             },
         ];
         let c = candidates(&d, &store());
-        assert_eq!(c.len(), 2);
+        assert_eq!(
+            c.len(),
+            3,
+            "an invalid certificate is reported on its Secret too"
+        );
+        assert_eq!(c[2].involved.kind.as_deref(), Some("Secret"));
         assert_eq!(c[0].key.reason, REASON_REJECTED);
         assert_eq!(
             c[0].key.message,
