@@ -96,6 +96,23 @@ fn set_endpoints(cluster: &Cluster, service: &str, ports: &[(&str, u16)]) {
     cluster.apply(&endpoint_slices(NS, service, &endpoints));
 }
 
+/// A test API server with Service `web` (one echo pod) routed from shop.example, and a
+/// harness reading it through a kubeconfig.
+fn shop_routed_to_web() -> (Cluster, Harness) {
+    let cluster = Cluster::start();
+    let mut h = Harness::new();
+    backend(&mut h, &cluster, "web");
+    cluster.apply(&shop_ingress(&[route(
+        Some("shop.example"),
+        "/",
+        "Prefix",
+        "web",
+    )]));
+    let kubeconfig = cluster.kubeconfig(&h.work(), None);
+    h.use_kubeconfig(&kubeconfig);
+    (cluster, h)
+}
+
 fn shop_ingress(routes: &[Route<'_>]) -> String {
     ingress(NS, "shop", routes, None, &[])
 }
@@ -146,17 +163,7 @@ fn an_unresolvable_api_server_host_fails_loudly_within_the_startup_timeout() {
 
 #[test]
 fn refused_connections_are_retried_until_the_api_server_comes_up() {
-    let cluster = Cluster::start();
-    let mut h = Harness::new();
-    backend(&mut h, &cluster, "web");
-    cluster.apply(&shop_ingress(&[route(
-        Some("shop.example"),
-        "/",
-        "Prefix",
-        "web",
-    )]));
-    let kubeconfig = cluster.kubeconfig(&h.work(), None);
-    h.use_kubeconfig(&kubeconfig);
+    let (cluster, mut h) = shop_routed_to_web();
     cluster.stop();
     cluster.resume_after(Duration::from_secs(2));
     let started = Instant::now();
@@ -501,17 +508,7 @@ fn rejected_annotations_become_events_on_the_ingress() {
 /// A supervisor like systemd's `Restart=on-failure`: restarts only on a non-zero exit.
 #[test]
 fn a_supervisor_restarting_on_failure_recovers_from_a_failed_start() {
-    let cluster = Cluster::start();
-    let mut h = Harness::new();
-    backend(&mut h, &cluster, "web");
-    cluster.apply(&shop_ingress(&[route(
-        Some("shop.example"),
-        "/",
-        "Prefix",
-        "web",
-    )]));
-    let kubeconfig = cluster.kubeconfig(&h.work(), None);
-    h.use_kubeconfig(&kubeconfig);
+    let (cluster, h) = shop_routed_to_web();
     cluster.stop();
     let mut exits = Vec::new();
     let mut ready = false;
