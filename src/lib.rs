@@ -24,5 +24,6 @@ pub mod sitetest;
 pub mod snippets;
 pub mod source;
 pub mod store;
+pub mod synth;
 pub mod translate;
 pub mod values;
