@@ -159,6 +159,10 @@ pub fn check_line(line: &str) -> Result<(), String> {
         // HAProxy expands `$NAME` from the environment outside single quotes.
         return Err("environment variables ($NAME) are not allowed in a snippet".to_string());
     }
+    if unbalanced_quotes(line) {
+        // HAProxy refuses the line, and with it the whole configuration.
+        return Err("a quote is not closed".to_string());
+    }
     // What HAProxy reads: the text before a comment, with quotes removed from words
     // (`"lua-load"` and `lua-load#x` are both `lua-load`).
     let text = without_comment(line).replace(['"', '\''], "");
@@ -217,6 +221,20 @@ pub fn check_line(line: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a single or double quote is left open (a `#` outside quotes ends the check).
+fn unbalanced_quotes(line: &str) -> bool {
+    let (mut single, mut double) = (false, false);
+    for c in line.chars() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '#' if !single && !double => break,
+            _ => {}
+        }
+    }
+    single || double
 }
 
 /// The line up to its first `#` outside quotes.
@@ -316,6 +334,7 @@ mod tests {
             "\"lua-load\" /tmp/x.lua",
             "lua\\-load x",
             "'stats' socket /tmp/s",
+            "program'#",
         ] {
             assert!(check_line(bad).is_err(), "{bad:?} passed");
         }

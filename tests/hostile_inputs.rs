@@ -225,7 +225,7 @@ proptest! {
                     prop_assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\0'), "{:?}", line);
                     // What HAProxy would read: before a comment, quotes removed.
                     let lower = line.to_ascii_lowercase();
-                    let code = lower.split('#').next().unwrap_or_default().replace(['"', '\''], "");
+                    let code = haproxy_code(&lower);
                     for bad in ["env(", "${", "lua-load", "../"] {
                         prop_assert!(!code.contains(bad), "{:?} passed with {:?}", line, bad);
                     }
@@ -243,4 +243,22 @@ proptest! {
             prop_assert!(parse(&v, origin, SnippetPolicy::default()).is_err());
         }
     }
+}
+
+/// What HAProxy reads of a line: up to the first `#` outside quotes, quotes removed.
+fn haproxy_code(line: &str) -> String {
+    let (mut single, mut double) = (false, false);
+    let mut end = line.len();
+    for (i, c) in line.char_indices() {
+        match c {
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '#' if !single && !double => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    line[..end].replace(['"', '\''], "")
 }
