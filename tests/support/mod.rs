@@ -670,23 +670,29 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
-/// PEM text of one DER object.
-pub fn pem_encode(label: &str, der: &[u8]) -> String {
+/// Standard base64 with padding (for PEM bodies and `Authorization: Basic`).
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut b64 = String::with_capacity(der.len() * 4 / 3 + 4);
-    for chunk in der.chunks(3) {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
         let n = chunk
             .iter()
             .enumerate()
             .fold(0u32, |acc, (i, b)| acc | (u32::from(*b) << (16 - 8 * i)));
         for i in 0..4 {
             if i <= chunk.len() {
-                b64.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
             } else {
-                b64.push('=');
+                out.push('=');
             }
         }
     }
+    out
+}
+
+/// PEM text of one DER object.
+pub fn pem_encode(label: &str, der: &[u8]) -> String {
+    let b64 = base64(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for line in b64.as_bytes().chunks(64) {
         out.push_str(std::str::from_utf8(line).unwrap_or_default());
