@@ -187,7 +187,8 @@ pub struct HaproxyArgs {
     /// Drive an HAProxy that something else supervises, through its master CLI socket.
     #[arg(long, env = "PORTCULLIS_HAPROXY_MASTER_SOCKET")]
     pub haproxy_master_socket: Option<PathBuf>,
-    /// Admin HTTP endpoint: /healthz, /readyz, /metrics, /debug/config, /debug/model.
+    /// Admin HTTP endpoint: /healthz, /readyz, /metrics, /debug/config, /debug/model, and
+    /// /debug/log-level (PUT from loopback only).
     #[arg(long, env = "PORTCULLIS_ADMIN_ADDR", default_value = "127.0.0.1:6060")]
     pub admin_addr: std::net::SocketAddr,
     /// Changes arriving within this quiet period are applied together (e.g. 100ms).
