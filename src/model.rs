@@ -535,7 +535,7 @@ pub struct Hsts {
 }
 
 /// Certificates for the HTTPS frontend.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Tls {
     /// PEM files (certificate chain + key) to write, by relative path.
     pub pem_files: Vec<PemFile>,

@@ -51,3 +51,121 @@ fn an_invalid_secret_update_keeps_the_previous_certificate() {
     });
     assert_eq!(h.reloads(), reloads);
 }
+
+/// Certificate files are named by Secret and content: a rotation writes a new file and never
+/// rewrites one a configuration names. HAProxy takes the new content at run time under the
+/// name it loaded (the default certificate included, which it will not remove from a
+/// crt-list), so nothing reloads; the old file stays while HAProxy holds that name, and goes
+/// with the next reload. Files of contents that were never loaded go at once.
+#[test]
+fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
+    let mut h = Harness::new();
+    let default = self_signed(&h.work(), "default.example.com", "default-1");
+    let secure = self_signed(&h.work(), "secure.example.com", "secure-1");
+    write_tls_site(&mut h, NS, "secure.example.com", "secure-tls");
+    // Written later, to cause a reload.
+    let api = h.backend(NS, "api");
+    h.write(
+        "default.yaml",
+        &tls_secret(NS, "default-tls", &default.0, &default.1),
+    );
+    h.write(
+        "secret.yaml",
+        &tls_secret(NS, "secure-tls", &secure.0, &secure.1),
+    );
+    h.start(&["--default-ssl-certificate", "shop/default-tls"]);
+    let config = h.config_dir();
+    let files = |name: &str| secret_files(&config, "certs", NS, name);
+    let (d1, s1) = (files("default-tls"), files("secure-tls"));
+    assert_eq!((d1.len(), s1.len()), (1, 1), "{d1:?} {s1:?}");
+    let served =
+        |sni: &str| served_certificate(h.https_port, sni).map(|c| fingerprint(&h.work(), &c));
+    let reloads = h.reloads();
+
+    // The default certificate rotates once, the other one twice.
+    let default2 = self_signed(&h.work(), "default.example.com", "default-2");
+    let secure2 = self_signed(&h.work(), "secure.example.com", "secure-2");
+    let secure3 = self_signed(&h.work(), "secure.example.com", "secure-3");
+    h.write(
+        "default.yaml",
+        &tls_secret(NS, "default-tls", &default2.0, &default2.1),
+    );
+    h.write(
+        "secret.yaml",
+        &tls_secret(NS, "secure-tls", &secure2.0, &secure2.1),
+    );
+    let fp = |c: &(String, String)| fingerprint(&h.work(), &c.0);
+    wait_until(APPLY_TIMEOUT, "both new certificates are served", || {
+        served("other.example.com") == Some(fp(&default2))
+            && served("secure.example.com") == Some(fp(&secure2))
+    });
+    let s2: Vec<String> = files("secure-tls")
+        .into_iter()
+        .filter(|f| !s1.contains(f))
+        .collect();
+    assert_eq!(s2.len(), 1, "{:?}", files("secure-tls"));
+    h.write(
+        "secret.yaml",
+        &tls_secret(NS, "secure-tls", &secure3.0, &secure3.1),
+    );
+    wait_until(APPLY_TIMEOUT, "the third certificate is served", || {
+        served("secure.example.com") == Some(fp(&secure3))
+    });
+    assert_eq!(h.reloads(), reloads, "rotations must not reload");
+
+    // HAProxy still names the files it loaded; they exist, untouched.
+    let held = h.runtime("show ssl cert\n");
+    for file in d1.iter().chain(&s1) {
+        assert!(held.contains(file.as_str()), "{file} not in:\n{held}");
+        let text = std::fs::read_to_string(config.join(file)).unwrap();
+        let first = if d1.contains(file) { &default } else { &secure };
+        assert_eq!(
+            fingerprint(&h.work(), &text),
+            fp(first),
+            "{file} was rewritten"
+        );
+    }
+    // The disk names the new contents; the never-loaded second content is gone.
+    let list = std::fs::read_to_string(config.join("certs/crt-list.txt")).unwrap();
+    let (d_now, s_now) = (files("default-tls"), files("secure-tls"));
+    assert_eq!(d_now.len(), 2, "{d_now:?}");
+    assert_eq!(s_now.len(), 2, "{s_now:?}");
+    assert!(!s_now.contains(&s2[0]), "{s_now:?}");
+    for file in d_now
+        .iter()
+        .chain(&s_now)
+        .filter(|f| !d1.contains(f) && !s1.contains(f))
+    {
+        assert!(
+            list.contains(file.as_str()),
+            "{file} not in crt-list:\n{list}"
+        );
+    }
+
+    // A reload (a new backend) loads the disk: the old files are not named by anything now.
+    h.write("api.yaml", &api);
+    h.write(
+        "api-ingress.yaml",
+        &ingress(
+            NS,
+            "api",
+            &[route(Some("api.example.com"), "/", "Prefix", "api")],
+            None,
+            &[],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the new backend reloads", || {
+        h.reloads().0 > reloads.0
+    });
+    h.wait_old_workers_gone();
+    wait_until(APPLY_TIMEOUT, "the loaded-only files are removed", || {
+        files("default-tls").len() == 1 && files("secure-tls").len() == 1
+    });
+    assert_eq!(h.reloads().1, reloads.1, "no reload failed");
+    let held = h.runtime("show ssl cert\n");
+    for file in files("default-tls").iter().chain(&files("secure-tls")) {
+        assert!(held.contains(file.as_str()), "{file} not in:\n{held}");
+    }
+    assert_eq!(served("other.example.com"), Some(fp(&default2)));
+    assert_eq!(served("secure.example.com"), Some(fp(&secure3)));
+}

@@ -56,7 +56,12 @@ fn tcp_frontends_carry_bytes_and_their_certificate_can_go_away() {
         fingerprint(&h.work(), &crt)
     );
     referenced_files_exist(&h);
-    let pem = h.config_dir().join("certs/app_app-tls.pem");
+    let pem = h.config_dir().join(support::secret_file(
+        &h.config_dir(),
+        "certs",
+        "app",
+        "app-tls",
+    ));
     assert!(pem.is_file());
 
     // The TCP object goes away: one reload, which no longer names the certificate; only then
@@ -137,7 +142,7 @@ fn a_certificate_shared_with_a_tcp_bind_outlives_its_ingress() {
     // Still served on the TCP bind, still on disk, no reload failed.
     let served_tcp = served_certificate(tls_port, "app.example.com").unwrap();
     assert_eq!(fingerprint(&h.work(), &served_tcp), fp);
-    assert!(h.config_dir().join("certs/app_app-tls.pem").is_file());
+    support::secret_file(&h.config_dir(), "certs", "app", "app-tls");
     referenced_files_exist(&h);
     assert_eq!(h.reloads().1, failed);
     assert_eq!(h.reloads().0, reloads, "a crt-list line leaves at run time");

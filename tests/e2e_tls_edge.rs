@@ -342,7 +342,12 @@ fn client_certificates_are_required_or_passed_on() {
     h.write("config.yaml", &client_ca_config(false));
     h.start(&["--configmap", "ingress/portcullis"]);
     let port = h.https_port;
-    let ca_file = h.config_dir().join("certs/ca/shop_clients.pem");
+    let ca_file = h.config_dir().join(support::secret_file(
+        &h.config_dir(),
+        "certs/ca",
+        "shop",
+        "clients",
+    ));
     assert!(ca_file.is_file());
 
     // Required: a certificate from the CA is accepted and the pod learns who it is.
@@ -478,10 +483,10 @@ fn tls_to_the_pods_is_verified_and_presents_a_client_certificate() {
     assert_eq!(answer.status, 200, "{answer:?}\n{}", h.log());
     assert!(answer.body.contains("s_server"), "{}", answer.body);
     let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    let ca = support::secret_file(&h.config_dir(), "certs/ca", "shop", "pods-ca");
+    let crt = support::secret_file(&h.config_dir(), "certs/client", "shop", "to-pods");
     assert!(
-        cfg.contains(
-            "ssl verify required ca-file certs/ca/shop_pods-ca.pem crt certs/client/shop_to-pods.pem"
-        ),
+        cfg.contains(&format!("ssl verify required ca-file {ca} crt {crt}")),
         "{cfg}"
     );
 

@@ -96,15 +96,15 @@ pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<Strin
     Ok(written)
 }
 
-/// Removes the files Portcullis wrote under `dir` that `keep` does not list. Call only after
-/// a successful reload of a configuration equal to `keep`: then neither the running HAProxy
-/// nor the configuration on disk references them. Files Portcullis did not write are never
-/// removed; they are returned as `foreign` so they can be reported.
-pub fn remove_unreferenced(dir: &Path, keep: &RenderedConfig) -> Removal {
+/// Removes the files Portcullis wrote under `dir` for which `keep` says no. `keep` must hold
+/// every file the configuration on disk names and every file the running HAProxy holds (see
+/// [`super::Applier`]). Files Portcullis did not write are never removed; they are returned as
+/// `foreign` so they can be reported.
+pub fn remove_unreferenced(dir: &Path, keep: impl Fn(&str) -> bool) -> Removal {
     let mut removal = Removal::default();
     let mut owned_now = owned(dir);
     for name in owned_now.clone() {
-        if keep.files().contains_key(&name) {
+        if keep(&name) {
             continue;
         }
         match std::fs::remove_file(dir.join(&name)) {
@@ -158,7 +158,7 @@ mod tests {
         std::fs::write(dir.path().join("certs/operator.pem"), "theirs").unwrap();
         let second = RenderedConfig::from_files([("haproxy.cfg", "b"), ("maps/exact.map", "")]);
         write_atomically(dir.path(), &second).unwrap();
-        let removal = remove_unreferenced(dir.path(), &second);
+        let removal = remove_unreferenced(dir.path(), |n| second.files().contains_key(n));
         assert_eq!(removal.removed, ["certs/ns_old.pem"]);
         assert_eq!(removal.foreign, ["certs/operator.pem"]);
         assert!(dir.path().join("certs/operator.pem").exists());

@@ -181,7 +181,13 @@ impl Applier {
         // The disk follows, so that any later reload starts from the same state.
         files::write_atomically(&self.config_dir, &new.rendered)?;
         self.loaded = Some(new.rendered.clone());
-        self.running = Some(new);
+        let mut running = new;
+        if let Some(tls) = plan.running_tls {
+            running.model.tls = tls;
+        }
+        // Certificates HAProxy let go of (`del ssl cert`) and files of intermediate contents.
+        self.remove_unreferenced(&running);
+        self.running = Some(running);
         Ok(Outcome::Runtime { commands: count })
     }
 
@@ -245,15 +251,34 @@ impl Applier {
         self.owed_reload = None;
         self.loaded = Some(new.rendered.clone());
         self.repair_servers(&new).await;
-        let removal = files::remove_unreferenced(&self.config_dir, &new.rendered);
-        if !removal.removed.is_empty() {
-            tracing::info!(files = ?removal.removed, "removed files no configuration references");
-        }
-        if !removal.foreign.is_empty() {
-            tracing::warn!(files = ?removal.foreign, "files Portcullis did not write are in its configuration directory; left alone");
+        let foreign = self.remove_unreferenced(&new);
+        if !foreign.is_empty() {
+            tracing::warn!(files = ?foreign, "files Portcullis did not write are in its configuration directory; left alone");
         }
         self.running = Some(new);
         Ok(Outcome::Reloaded { reasons })
+    }
+
+    /// Removes the files Portcullis wrote that neither the configuration on disk
+    /// (`running.rendered`) nor the running HAProxy (`running.model`: the certificates it
+    /// holds, under the names it loaded them by) references. Returns the files others put in
+    /// the directory, which are left alone.
+    fn remove_unreferenced(&self, running: &Applied) -> Vec<String> {
+        let held: std::collections::BTreeSet<&str> = running
+            .model
+            .tls
+            .pem_files
+            .iter()
+            .chain(&running.model.tls.static_files)
+            .map(|p| p.path.as_str())
+            .collect();
+        let removal = files::remove_unreferenced(&self.config_dir, |name| {
+            running.rendered.files().contains_key(name) || held.contains(name)
+        });
+        if !removal.removed.is_empty() {
+            tracing::info!(files = ?removal.removed, "removed files no configuration references");
+        }
+        removal.foreign
     }
 
     /// While a new configuration cannot be loaded, still sends what can change at run time

@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{CrtListEntry, MapEntry, Model, ServerSlot};
+use crate::model::{CrtListEntry, MapEntry, Model, ServerSlot, Tls};
 use crate::render::{
     CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
+use crate::translate::tls::secret_of_path;
 
 /// One configuration as applied: the model and its files.
 #[derive(Debug, Clone)]
@@ -48,12 +49,22 @@ impl Applied {
 pub struct Plan {
     pub commands: Vec<Command>,
     pub reload_reasons: Vec<String>,
+    /// The certificates as HAProxy holds them after the commands, when that differs from the
+    /// new model: a rotated certificate keeps the file name HAProxy loaded it under (see
+    /// [`with_running_names`]).
+    pub running_tls: Option<Tls>,
 }
 
 /// Compares what HAProxy runs with what is wanted.
 pub fn plan(old: &Applied, new: &Applied) -> Plan {
     let mut plan = Plan::default();
     if old.rendered == new.rendered && old.structure == new.structure {
+        return plan;
+    }
+    // CA bundles and client certificates are read by HAProxy only when it loads (and their
+    // file names, which follow the content, are in haproxy.cfg).
+    if let Some(path) = static_file_change(&old.model, &new.model) {
+        plan.reload_reasons.push(format!("{path} changed"));
         return plan;
     }
     if old.structure != new.structure {
@@ -71,14 +82,13 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
             .push("error pages (--configmap-errorfiles) changed".to_string());
         return plan;
     }
-    // CA bundles and client certificates are read by HAProxy only when it loads.
-    if let Some(path) = static_file_change(&old.model, &new.model) {
-        plan.reload_reasons.push(format!("{path} changed"));
-        return plan;
-    }
     servers(old, new, &mut plan);
     maps(old, new, &mut plan);
-    certificates(old, new, &mut plan);
+    let tls = with_running_names(&old.model.tls, &new.model.tls);
+    certificates(&old.model.tls, &tls, &mut plan);
+    if tls != new.model.tls {
+        plan.running_tls = Some(tls);
+    }
     // Every command must be expressible; if one is not, the change goes through a reload.
     if let Some(e) = plan.commands.iter().find_map(|c| c.to_wire().err()) {
         plan.reload_reasons
@@ -86,6 +96,7 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
     }
     if !plan.reload_reasons.is_empty() {
         plan.commands.clear();
+        plan.running_tls = None;
     }
     plan
 }
@@ -198,7 +209,8 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
     maps(old, &target, &mut plan);
     if old.model.tls.enabled() && new.model.tls.enabled() {
         let mut certs = Plan::default();
-        certificates(old, new, &mut certs);
+        let tls = with_running_names(&old.model.tls, &new.model.tls);
+        certificates(&old.model.tls, &tls, &mut certs);
         if certs.reload_reasons.is_empty() {
             plan.commands.extend(certs.commands);
             // Only the certificates changed at run time; the bind options and the files
@@ -209,7 +221,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
                 strict_sni: old_tls.strict_sni,
                 client_auth: old_tls.client_auth.clone(),
                 static_files: old_tls.static_files.clone(),
-                ..new.model.tls.clone()
+                ..tls
             };
         }
     }
@@ -355,8 +367,9 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
             .collect()
     };
     let (a, b) = (files(old), files(new));
-    a.keys()
-        .chain(b.keys())
+    // The new file's name when there is one: it says which Secret and which content.
+    b.keys()
+        .chain(a.keys())
         .find(|k| a.get(*k) != b.get(*k))
         .cloned()
 }
@@ -490,14 +503,48 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
     }
 }
 
-/// Certificate changes at run time. Each Secret has one file; a changed certificate is
-/// replaced in place (`set ssl cert` + `commit ssl cert`), which HAProxy allows for every
-/// certificate, the default one included. New crt-list lines load their certificate first
+/// `new` with every crt-list certificate of a Secret that HAProxy already holds under another
+/// file name (an older content) renamed to that name. A rotated certificate is then replaced
+/// in place (`set ssl cert` + `commit ssl cert`): HAProxy allows that for every certificate,
+/// the default one included (which it will not remove from a crt-list at run time), and no
+/// name goes without its certificate in between. The disk has the new file under its own
+/// name; the old file, which HAProxy still names, stays until a reload no longer loads it.
+pub fn with_running_names(running: &Tls, new: &Tls) -> Tls {
+    let listed = |tls: &Tls| -> BTreeMap<crate::objects::Key, String> {
+        tls.crt_list
+            .iter()
+            .filter_map(|e| Some((secret_of_path(&e.path)?, e.path.clone())))
+            .collect()
+    };
+    let held = listed(running);
+    let renames: BTreeMap<String, String> = listed(new)
+        .into_iter()
+        .filter_map(|(key, path)| {
+            let old = held.get(&key)?;
+            (*old != path).then(|| (path, old.clone()))
+        })
+        .collect();
+    let mut out = new.clone();
+    for path in out
+        .crt_list
+        .iter_mut()
+        .map(|e| &mut e.path)
+        .chain(out.pem_files.iter_mut().map(|p| &mut p.path))
+    {
+        if let Some(name) = renames.get(path.as_str()) {
+            path.clone_from(name);
+        }
+    }
+    out
+}
+
+/// Certificate changes at run time, from the certificates HAProxy holds (`a`) to `b` (named as
+/// [`with_running_names`] does). A changed certificate is replaced in place (`set ssl cert` +
+/// `commit ssl cert`). New crt-list lines load their certificate first
 /// (`new`/`set`/`commit ssl cert`) and are then added; removed lines are deleted, and their
 /// certificate too when nothing uses it. The first line is the default certificate: HAProxy
-/// will not delete it at run time, so changing which certificate is first needs a reload.
-fn certificates(old: &Applied, new: &Applied, plan: &mut Plan) {
-    let (a, b) = (&old.model.tls, &new.model.tls);
+/// will not delete it at run time, so changing which Secret is first needs a reload.
+fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
     if a == b {
         return;
     }
@@ -603,7 +650,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::objects::Object;
+    use crate::objects::{Key, Object};
     use crate::pipeline::Pipeline;
     use crate::store::Store;
     use crate::translate::TranslateConfig;
@@ -859,6 +906,69 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn rotated_certificates_keep_the_name_haproxy_holds() {
+        use crate::model::PemFile;
+        use crate::translate::tls::file_path;
+        let tls = |certs: &[(&str, &str, &[&str])]| Tls {
+            pem_files: certs
+                .iter()
+                .map(|(secret, content, _)| PemFile {
+                    path: file_path("certs", &Key::new("ns", *secret), content),
+                    content: content.to_string(),
+                })
+                .collect(),
+            crt_list: certs
+                .iter()
+                .map(|(secret, content, sni)| CrtListEntry {
+                    path: file_path("certs", &Key::new("ns", *secret), content),
+                    sni: sni.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+            ..Tls::default()
+        };
+        let running = tls(&[("default", "d1", &[]), ("web", "w1", &["w.com"])]);
+        // Both rotated, and a new Secret.
+        let new = tls(&[
+            ("default", "d2", &[]),
+            ("web", "w2", &["w.com"]),
+            ("api", "a1", &["api.com"]),
+        ]);
+        let renamed = with_running_names(&running, &new);
+        assert_eq!(renamed.crt_list[0].path, running.crt_list[0].path);
+        assert_eq!(renamed.crt_list[1].path, running.crt_list[1].path);
+        assert_eq!(renamed.crt_list[2].path, new.crt_list[2].path);
+        assert_eq!(renamed.pem_files[0].content, "d2");
+        let mut plan = Plan::default();
+        certificates(&running, &renamed, &mut plan);
+        assert!(plan.reload_reasons.is_empty(), "{:?}", plan.reload_reasons);
+        let lines: Vec<String> = plan
+            .commands
+            .iter()
+            .map(|c| c.to_string().lines().next().unwrap_or_default().to_string())
+            .collect();
+        let (d, w, a) = (
+            &running.crt_list[0].path,
+            &running.crt_list[1].path,
+            &new.crt_list[2].path,
+        );
+        assert_eq!(
+            lines,
+            [
+                format!("set ssl cert {d} <<"),
+                format!("commit ssl cert {d}"),
+                format!("set ssl cert {w} <<"),
+                format!("commit ssl cert {w}"),
+                format!("new ssl cert {a}"),
+                format!("set ssl cert {a} <<"),
+                format!("commit ssl cert {a}"),
+                "add ssl crt-list certs/crt-list.txt <<".to_string(),
+            ]
+        );
+        // A Secret HAProxy does not hold keeps its own name; so does an unchanged one.
+        assert_eq!(with_running_names(&running, &running), running);
+    }
+
     /// ssl-passthrough hosts for Service `vault`, and `server-ca` on `web` from Secret `ca`
     /// holding `ca_pem`.
     fn edge_cluster(hosts: &[&str], ca_pem: &str) -> Applied {
@@ -915,11 +1025,11 @@ mod tests {
         // The last one going away is structural again.
         assert!(!plan_between(&one, &none).reload_reasons.is_empty());
         // A CA bundle is read only when HAProxy loads: its content changing reloads.
-        let p = plan_between(
-            &two,
-            &edge_cluster(&["v1.example.com", "v2.example.com"], other),
-        );
-        assert_eq!(p.reload_reasons, ["certs/ca/ns_ca.pem changed"]);
+        let rotated = edge_cluster(&["v1.example.com", "v2.example.com"], other);
+        let p = plan_between(&two, &rotated);
+        let new_ca = &rotated.model.tls.static_files[0].path;
+        assert!(new_ca.starts_with("certs/ca/ns_ca_"), "{new_ca}");
+        assert_eq!(p.reload_reasons, [format!("{new_ca} changed")]);
         assert!(p.commands.is_empty());
     }
 }

@@ -664,7 +664,11 @@ impl Translator<'_> {
                         "data",
                         format!("{e}; the previous certificate stays in force"),
                     );
-                    previous.clone()
+                    // Named by its content: HAProxy may hold it under an older file name.
+                    crate::model::PemFile {
+                        path: tls::file_path("certs", key, &previous.content),
+                        content: previous.content.clone(),
+                    }
                 }
                 None => return Err(e),
             },

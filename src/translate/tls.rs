@@ -2,21 +2,35 @@
 //!
 //! Only the PEM blocks are kept (re-wrapped from their decoded base64), so nothing else a
 //! Secret carries reaches disk. File names come from the Secret's namespace and name, which
-//! are validated DNS names, never from other user strings.
+//! are validated DNS names, and a hash of the content, never from other user strings.
+//!
+//! A new content is a new file: the files a running or on-disk configuration names are never
+//! rewritten, so a reload of that configuration always finds what it was checked with.
 
 use k8s_openapi::api::core::v1::Secret;
+use sha2::{Digest, Sha256};
 
 use crate::model::PemFile;
 use crate::objects::Key;
 
-/// The Secret a certificate file was made from: `certs/<namespace>_<name>.pem` (neither part
-/// can hold `_`).
+/// `<dir>/<namespace>_<name>_<hash>.pem`: the hash is the first 16 hex digits of the
+/// content's SHA-256 (neither the namespace nor the name can hold `_`).
+pub fn file_path(dir: &str, key: &Key, content: &str) -> String {
+    let digest = Sha256::digest(content.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{dir}/{}_{}_{hash}.pem", key.namespace, key.name)
+}
+
+/// The Secret a certificate file under `certs/` was made from (see [`file_path`]).
 pub fn secret_of_path(path: &str) -> Option<Key> {
-    let (ns, name) = path
-        .strip_prefix("certs/")?
-        .strip_suffix(".pem")?
-        .split_once('_')?;
-    Some(Key::new(ns, name))
+    let stem = path.strip_prefix("certs/")?.strip_suffix(".pem")?;
+    let (secret, hash) = stem.rsplit_once('_')?;
+    let (ns, name) = secret.split_once('_')?;
+    let well_formed = !ns.contains('/')
+        && !name.contains('_')
+        && hash.len() == 16
+        && hash.bytes().all(|b| b.is_ascii_hexdigit());
+    well_formed.then(|| Key::new(ns, name))
 }
 
 /// When the (first) certificate of a PEM file stops being valid, in Unix seconds.
@@ -83,18 +97,15 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
         content.push_str(&encode_block(label, body));
     }
     content.push_str(&encode_block(&key_block.0, &key_block.1));
-    // One stable name per Secret: a rotated certificate replaces the content of the same
-    // file, which HAProxy updates in place (`set ssl cert` + `commit ssl cert`), also for the
-    // default certificate, which HAProxy will not remove from a crt-list at run time.
     Ok(PemFile {
-        path: format!("certs/{}_{}.pem", key.namespace, key.name),
+        path: file_path("certs", key, &content),
         content,
     })
 }
 
 /// Builds a CA bundle from a Secret's `ca.crt` (else `tls.crt`, the incumbent's key): every
 /// CERTIFICATE block, each a readable X.509 certificate, re-encoded; nothing else is kept.
-/// Written as `certs/ca/<namespace>_<name>.pem` and named by `ca-file`.
+/// Written as `certs/ca/<namespace>_<name>_<hash>.pem` and named by `ca-file`.
 pub fn ca_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     let (field, text) = match secret_field(secret, "ca.crt") {
         Ok(text) => ("ca.crt", text),
@@ -116,7 +127,7 @@ pub fn ca_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
         return Err(format!("{field} holds no CERTIFICATE block"));
     }
     Ok(PemFile {
-        path: format!("certs/ca/{}_{}.pem", key.namespace, key.name),
+        path: file_path("certs/ca", key, &content),
         content,
     })
 }
@@ -429,7 +440,8 @@ mod tests {
             (fixture!("ec.crt"), fixture!("ec-pkcs8.key")),
         ] {
             let pem = pem_file(&key, &secret(crt, k)).unwrap();
-            assert_eq!(pem.path, "certs/ns_s.pem");
+            assert_eq!(pem.path, file_path("certs", &key, &pem.content));
+            assert!(pem.path.starts_with("certs/ns_s_"), "{}", pem.path);
             assert!(pem.content.contains("-----BEGIN CERTIFICATE-----"));
         }
     }
@@ -474,9 +486,20 @@ mod tests {
         assert_eq!(not_after(fixture!("rsa.crt")), Some(4_949_589_731));
         assert_eq!(parse_time(0x17, "700101000000Z"), Some(0));
         assert_eq!(parse_time(0x18, "20000301000000Z"), Some(951_868_800));
-        assert_eq!(
-            secret_of_path("certs/ns_web-tls.pem"),
-            Some(Key::new("ns", "web-tls"))
-        );
+    }
+
+    #[test]
+    fn file_names_follow_the_content_and_name_their_secret() {
+        let key = Key::new("ns", "web-tls");
+        let a = file_path("certs", &key, "one");
+        let b = file_path("certs", &key, "two");
+        assert_ne!(a, b);
+        assert_eq!(a, file_path("certs", &key, "one"));
+        assert_eq!(a.len(), "certs/ns_web-tls_.pem".len() + 16);
+        assert_eq!(secret_of_path(&a), Some(key.clone()));
+        // Only certs/ itself, and only names this module makes.
+        assert_eq!(secret_of_path(&file_path("certs/ca", &key, "one")), None);
+        assert_eq!(secret_of_path("certs/ns_web-tls.pem"), None);
+        assert_eq!(secret_of_path("certs/crt-list.txt"), None);
     }
 }

@@ -90,7 +90,7 @@ pub fn client_certificate(store: &Store, reference: &str) -> Result<PemFile, Str
         .ok_or_else(|| format!("Secret {key} does not exist"))?;
     let pem = tls::pem_file(&key, secret).map_err(|e| format!("Secret {key}: {e}"))?;
     Ok(PemFile {
-        path: format!("certs/client/{}_{}.pem", key.namespace, key.name),
+        path: tls::file_path("certs/client", &key, &pem.content),
         content: pem.content,
     })
 }

@@ -555,6 +555,39 @@ pub fn self_signed(dir: &Path, host: &str, tag: &str) -> (String, String) {
     )
 }
 
+/// The files Portcullis wrote for Secret `ns/name` in `dir` (`certs`, `certs/ca`,
+/// `certs/client`), relative to the configuration directory `config_dir`: names are
+/// `<dir>/<ns>_<name>_<content hash>.pem`, so a rotation adds a file.
+pub fn secret_files(config_dir: &Path, dir: &str, ns: &str, name: &str) -> Vec<String> {
+    let prefix = format!("{ns}_{name}_");
+    let mut files: Vec<String> = std::fs::read_dir(config_dir.join(dir))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .filter(|f| {
+                    f.strip_prefix(&prefix)
+                        .and_then(|rest| rest.strip_suffix(".pem"))
+                        .is_some_and(|hash| {
+                            hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
+                        })
+                })
+                .map(|f| format!("{dir}/{f}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// The one file Portcullis wrote for Secret `ns/name` in `dir` (see [`secret_files`]).
+pub fn secret_file(config_dir: &Path, dir: &str, ns: &str, name: &str) -> String {
+    match secret_files(config_dir, dir, ns, name).as_slice() {
+        [one] => one.clone(),
+        other => panic!("expected one file for Secret {ns}/{name} in {dir}, found {other:?}"),
+    }
+}
+
 /// The SHA-256 fingerprint of the first certificate in `pem`, as `openssl x509` prints it.
 pub fn fingerprint(_dir: &Path, pem: &str) -> String {
     use rustls::pki_types::pem::PemObject as _;
