@@ -343,7 +343,9 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             Some(first) = site_changes.recv() => {
                 settle(&mut site_changes, first, config.debounce).await;
                 match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
-                    Ok(candidate) => {
+                    Ok(mut candidate) => {
+                        // Results of the scripts that did not change stay valid.
+                        candidate.policy.keep_memo_of(&pipeline.policy);
                         let candidate = Arc::new(candidate);
                         match compute(source.input(), &candidate, run_inputs(&applier)).await {
                             Ok((output, _)) => {

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
+use super::memo::{Derive, ReadKey, ReadValue, Report, SubjectPart, Target, Trace};
 use crate::diagnostics::{Diagnostic, Severity, Subject};
 use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
@@ -50,11 +51,17 @@ impl ValueSource {
     /// with every accepted prefix, most specific first), with how to name it in messages.
     fn lookup(&self, names: &[String]) -> Vec<(&str, String)> {
         let mut found = Vec::new();
+        if self.values.is_empty() {
+            return found;
+        }
+        let mut key = String::new();
         for name in names {
             if self.prefixed {
                 for p in ANNOTATION_PREFIXES {
-                    let key = format!("{p}{name}");
-                    if let Some(v) = self.values.get(&key) {
+                    key.clear();
+                    key.push_str(p);
+                    key.push_str(name);
+                    if let Some(v) = self.values.get(key.as_str()) {
                         found.push((v.as_str(), format!("annotation {key}")));
                     }
                 }
@@ -85,6 +92,19 @@ struct Inner {
     /// For a route hook: the annotations of the Service the path routes to, which
     /// `ctx.service()` reads.
     service: Option<ValueSource>,
+    /// How this context derives from the hook's own (empty for the hook's own).
+    view: Vec<Derive>,
+    /// Shared with derived contexts: what the running hook call read and reported, while
+    /// [`super::memo`] records it.
+    trace: Arc<Mutex<Option<Trace>>>,
+}
+
+/// Owned copies of [`HookContext::found`]'s answers, for a trace.
+fn owned(found: Vec<(usize, &str, String)>) -> Vec<(usize, String, String)> {
+    found
+        .into_iter()
+        .map(|(i, raw, field)| (i, raw.to_string(), field))
+        .collect()
 }
 
 /// Raw config lines that passed [`crate::snippets`]' checks for where they were written. Only
@@ -107,6 +127,8 @@ impl HookContext {
                 script: Arc::new(Mutex::new(String::new())),
                 snippets: SnippetPolicy::default(),
                 service: None,
+                view: Vec::new(),
+                trace: Arc::new(Mutex::new(None)),
             }),
         }
     }
@@ -125,6 +147,8 @@ impl HookContext {
                     script: i.script.clone(),
                     snippets: policy,
                     service: i.service.clone(),
+                    view: i.view.clone(),
+                    trace: i.trace.clone(),
                 });
             }
         }
@@ -160,11 +184,160 @@ impl HookContext {
             .unwrap_or_default()
     }
 
-    fn record(&self, severity: Severity, object: &ObjectRef, field: String, message: String) {
+    /// Starts recording what hook calls read and report (see [`super::memo`]).
+    pub(crate) fn begin_trace(&self) {
+        if let Ok(mut t) = self.inner.trace.lock() {
+            *t = Some(Trace::default());
+        }
+    }
+
+    /// Stops recording; what was recorded since [`Self::begin_trace`].
+    pub(crate) fn end_trace(&self) -> Option<Trace> {
+        self.inner.trace.lock().ok().and_then(|mut t| t.take())
+    }
+
+    fn note(&self, read: impl FnOnce() -> (ReadKey, ReadValue)) {
+        if let Ok(mut t) = self.inner.trace.lock() {
+            if let Some(trace) = t.as_mut() {
+                trace.reads.push(read());
+            }
+        }
+    }
+
+    /// The context `view` leads to from this one; `None` when it does not exist here (no
+    /// Service for `ctx.service()`).
+    fn derive(&self, view: &[Derive]) -> Option<HookContext> {
+        let mut ctx = self.clone();
+        for step in view {
+            ctx = match step {
+                Derive::Service => ctx.service_context()?,
+                Derive::Without(kind) => ctx.without_kind(kind),
+            };
+        }
+        Some(ctx)
+    }
+
+    /// What `key` reads in this context: the answer a hook call would get.
+    pub(crate) fn replay(&self, key: &ReadKey) -> ReadValue {
+        let view = match key {
+            ReadKey::Lookup { view, .. }
+            | ReadKey::LookupKind { view, .. }
+            | ReadKey::Subject { view, .. }
+            | ReadKey::Exists(view) => view.as_slice(),
+            ReadKey::Fact(_) | ReadKey::SnippetPolicy => &[],
+        };
+        let Some(ctx) = self.derive(view) else {
+            return ReadValue::Flag(false);
+        };
+        match key {
+            ReadKey::Lookup { names, .. } => ReadValue::Found(owned(ctx.found(names, None))),
+            ReadKey::LookupKind { kind, names, .. } => {
+                ReadValue::Found(owned(ctx.found(names, Some(kind))))
+            }
+            ReadKey::Fact(name) => ReadValue::Text(ctx.inner.facts.get(name.as_str()).cloned()),
+            ReadKey::Subject { part, .. } => ReadValue::Text(Some(ctx.subject_part(*part))),
+            ReadKey::Exists(_) => ReadValue::Flag(true),
+            ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", ctx.inner.snippets))),
+        }
+    }
+
+    /// Names a report made in some context (relative to this one) against this context's
+    /// objects.
+    pub(crate) fn resolve(&self, report: &Report) -> Option<Diagnostic> {
+        let ctx = self.derive(&report.view)?;
+        let object = match report.target {
+            Target::Source(i) => ctx.inner.sources.get(i)?.object.clone(),
+            Target::Subject => ctx.inner.subject.clone(),
+        };
+        Some(Diagnostic {
+            severity: report.severity,
+            subject: Subject::Object(object),
+            field: Some(report.field.clone()),
+            message: report.message.clone(),
+        })
+    }
+
+    fn subject_part(&self, part: SubjectPart) -> String {
+        let s = &self.inner.subject;
+        match part {
+            SubjectPart::Kind => s.kind.as_str().to_string(),
+            SubjectPart::Namespace => s.namespace.clone(),
+            SubjectPart::Name => s.name.clone(),
+        }
+    }
+
+    /// The subject's `part`, as a read.
+    fn read_subject(&self, part: SubjectPart) -> String {
+        let value = self.subject_part(part);
+        self.note(|| {
+            (
+                ReadKey::Subject {
+                    view: self.inner.view.clone(),
+                    part,
+                },
+                ReadValue::Text(Some(value.clone())),
+            )
+        });
+        value
+    }
+
+    /// Every value under `names` in this context's sources (of `kind` only, if given), in
+    /// precedence order: (source index, raw value, how to name it).
+    fn found(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &str, String)> {
+        let mut out = Vec::new();
+        for (i, source) in self.inner.sources.iter().enumerate() {
+            if kind.is_some_and(|k| source.object.kind.as_str() != k) {
+                continue;
+            }
+            for (raw, field) in source.lookup(names) {
+                out.push((i, raw, field));
+            }
+        }
+        out
+    }
+
+    /// [`Self::found`], as a read.
+    fn read(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &str, String)> {
+        let found = self.found(names, kind);
+        self.note(|| {
+            let view = self.inner.view.clone();
+            let names = names.to_vec();
+            let key = match kind {
+                Some(kind) => ReadKey::LookupKind {
+                    view,
+                    kind: kind.to_string(),
+                    names,
+                },
+                None => ReadKey::Lookup { view, names },
+            };
+            (key, ReadValue::Found(owned(found.clone())))
+        });
+        found
+    }
+
+    fn record(&self, severity: Severity, target: Target, field: String, message: String) {
+        let object = match target {
+            Target::Source(i) => match self.inner.sources.get(i) {
+                Some(s) => s.object.clone(),
+                None => return,
+            },
+            Target::Subject => self.inner.subject.clone(),
+        };
+        if let Ok(mut t) = self.inner.trace.lock() {
+            if let Some(trace) = t.as_mut() {
+                trace.reports.push(Report {
+                    view: self.inner.view.clone(),
+                    target,
+                    severity,
+                    field: field.clone(),
+                    message: message.clone(),
+                });
+            }
+        }
         if let Ok(mut d) = self.inner.diagnostics.lock() {
             d.push(Diagnostic {
                 severity,
-                subject: Subject::Object(object.clone()),
+                subject: Subject::Object(object),
                 field: Some(field),
                 message,
             });
@@ -174,17 +347,15 @@ impl HookContext {
     /// Looks `names` up in each source in precedence order, parsing with `parse`; a bad value
     /// is reported and skipped, as if it were not there.
     fn typed<T>(&self, names: &[String], parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
-        for source in &self.inner.sources {
-            for (raw, field) in source.lookup(names) {
-                match parse(raw) {
-                    Ok(v) => return Some(v),
-                    Err(e) => self.record(
-                        Severity::Error,
-                        &source.object,
-                        field,
-                        format!("{e}; setting ignored"),
-                    ),
-                }
+        for (i, raw, field) in self.read(names, None) {
+            match parse(raw) {
+                Ok(v) => return Some(v),
+                Err(e) => self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    format!("{e}; setting ignored"),
+                ),
             }
         }
         None
@@ -194,33 +365,34 @@ impl HookContext {
     /// the administrator's policy; refused ones are reported like any bad value.
     fn get_snippet(&mut self, name: Dynamic) -> Dynamic {
         let names = names(name);
-        for source in &self.inner.sources {
-            let origin = if source.prefixed {
+        let policy = self.inner.snippets;
+        self.note(|| {
+            (
+                ReadKey::SnippetPolicy,
+                ReadValue::Text(Some(format!("{policy:?}"))),
+            )
+        });
+        for (i, raw, field) in self.read(&names, None) {
+            let origin = if self.inner.sources[i].prefixed {
                 Origin::Annotation
             } else {
                 Origin::ConfigMap
             };
-            for (raw, field) in source.lookup(&names) {
-                match snippets::parse(raw, origin, self.inner.snippets) {
-                    Ok(lines) => return Dynamic::from(Snippet(lines)),
-                    Err(e) => self.record(
-                        Severity::Error,
-                        &source.object,
-                        field,
-                        format!("{e}; snippet ignored"),
-                    ),
-                }
+            match snippets::parse(raw, origin, policy) {
+                Ok(lines) => return Dynamic::from(Snippet(lines)),
+                Err(e) => self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    format!("{e}; snippet ignored"),
+                ),
             }
         }
         Dynamic::UNIT
     }
 
     fn has(&mut self, name: Dynamic) -> bool {
-        let names = names(name);
-        self.inner
-            .sources
-            .iter()
-            .any(|s| !s.lookup(&names).is_empty())
+        !self.read(&names(name), None).is_empty()
     }
 
     fn get_bool(&mut self, name: Dynamic) -> Dynamic {
@@ -318,7 +490,7 @@ impl HookContext {
     /// A Secret reference, `name` or `namespace/name` → `"namespace/name"`; a bare name is in
     /// the namespace of the object the hook is about.
     fn get_secret_ref(&mut self, name: Dynamic) -> Dynamic {
-        let default_ns = self.inner.subject.namespace.clone();
+        let default_ns = self.read_subject(SubjectPart::Namespace);
         self.typed(&names(name), values::parse_secret_ref)
             .map_or(Dynamic::UNIT, |(ns, n)| {
                 Dynamic::from(format!("{}/{n}", ns.unwrap_or(default_ns)))
@@ -418,10 +590,20 @@ impl HookContext {
     /// (only those: no Ingress, no ConfigMap); `()` in other hooks. Its reports go to the same
     /// place.
     fn service(&mut self) -> Dynamic {
-        let Some(service) = self.inner.service.clone() else {
-            return Dynamic::UNIT;
-        };
-        Dynamic::from(HookContext {
+        let service = self.service_context();
+        self.note(|| {
+            let mut view = self.inner.view.clone();
+            view.push(Derive::Service);
+            (ReadKey::Exists(view), ReadValue::Flag(service.is_some()))
+        });
+        service.map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    fn service_context(&self) -> Option<HookContext> {
+        let service = self.inner.service.clone()?;
+        let mut view = self.inner.view.clone();
+        view.push(Derive::Service);
+        Some(HookContext {
             inner: Arc::new(Inner {
                 subject: service.object.clone(),
                 sources: vec![service],
@@ -430,6 +612,8 @@ impl HookContext {
                 script: self.inner.script.clone(),
                 snippets: self.inner.snippets,
                 service: None,
+                view,
+                trace: self.inner.trace.clone(),
             }),
         })
     }
@@ -437,6 +621,12 @@ impl HookContext {
     /// The same context without the sources of one kind (e.g. `"Ingress"`), for settings
     /// that must not come from there.
     fn without(&mut self, kind: &str) -> HookContext {
+        self.without_kind(kind)
+    }
+
+    fn without_kind(&self, kind: &str) -> HookContext {
+        let mut view = self.inner.view.clone();
+        view.push(Derive::Without(kind.to_string()));
         HookContext {
             inner: Arc::new(Inner {
                 subject: self.inner.subject.clone(),
@@ -452,6 +642,8 @@ impl HookContext {
                 script: self.inner.script.clone(),
                 snippets: self.inner.snippets,
                 service: self.inner.service.clone(),
+                view,
+                trace: self.inner.trace.clone(),
             }),
         }
     }
@@ -459,25 +651,16 @@ impl HookContext {
     /// If an object of `kind` sets `name`, reports it as ignored (with `reason`) on that
     /// object and returns true.
     fn ignore_on(&mut self, kind: &str, name: Dynamic, reason: &str) -> bool {
-        let names = names(name);
-        let mut found = false;
-        for source in self
-            .inner
-            .sources
-            .iter()
-            .filter(|s| s.object.kind.as_str() == kind)
-        {
-            for (_, field) in source.lookup(&names) {
-                found = true;
-                self.record(
-                    Severity::Warning,
-                    &source.object,
-                    field,
-                    format!("ignored: {reason}"),
-                );
-            }
+        let found = self.read(&names(name), Some(kind));
+        for (i, _, field) in &found {
+            self.record(
+                Severity::Warning,
+                Target::Source(*i),
+                field.clone(),
+                format!("ignored: {reason}"),
+            );
         }
-        found
+        !found.is_empty()
     }
 
     fn warn(&mut self, message: &str) {
@@ -487,20 +670,23 @@ impl HookContext {
             .lock()
             .map(|s| s.clone())
             .unwrap_or_default();
-        let subject = self.inner.subject.clone();
         self.record(
             Severity::Warning,
-            &subject,
+            Target::Subject,
             format!("script {script}"),
             message.to_string(),
         );
     }
 
     fn fact(&mut self, name: &str) -> Dynamic {
-        self.inner
-            .facts
-            .get(name)
-            .map_or(Dynamic::UNIT, |v| Dynamic::from(v.clone()))
+        let value = self.inner.facts.get(name).cloned();
+        self.note(|| {
+            (
+                ReadKey::Fact(name.to_string()),
+                ReadValue::Text(value.clone()),
+            )
+        });
+        value.map_or(Dynamic::UNIT, Dynamic::from)
     }
 }
 
@@ -564,12 +750,14 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_type_with_name::<HookContext>("Context")
         .register_type_with_name::<Snippet>("Snippet")
         .register_get("kind", |c: &mut HookContext| {
-            c.subject().kind.as_str().to_string()
+            c.read_subject(SubjectPart::Kind)
         })
         .register_get("namespace", |c: &mut HookContext| {
-            c.subject().namespace.clone()
+            c.read_subject(SubjectPart::Namespace)
         })
-        .register_get("name", |c: &mut HookContext| c.subject().name.clone())
+        .register_get("name", |c: &mut HookContext| {
+            c.read_subject(SubjectPart::Name)
+        })
         .register_fn("fact", HookContext::fact)
         .register_fn("has", HookContext::has)
         .register_fn("bool", HookContext::get_bool)

@@ -8,6 +8,7 @@
 mod bundled;
 pub mod context;
 pub mod global_keys;
+pub mod memo;
 pub mod settings;
 
 use std::path::Path;
@@ -42,7 +43,7 @@ thread_local! {
 }
 
 /// The hook points scripts can implement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Hook {
     /// Once per pipeline run, reading the controller ConfigMap.
     Global,
@@ -200,6 +201,9 @@ struct Script {
     ast: AST,
     hooks: Vec<Hook>,
     declaration: Declaration,
+    /// Names the script's results in the memo: a hash of its name and text, so that an
+    /// unchanged script keeps its results across a reload of the script set.
+    memo_id: u64,
 }
 
 /// The compiled, effective set of scripts and the sandboxed engine that runs them.
@@ -208,6 +212,7 @@ pub struct PolicyEngine {
     engine: Engine,
     scripts: Vec<Script>,
     run_budget: u64,
+    memo: std::sync::Arc<memo::Memo>,
 }
 
 impl PolicyEngine {
@@ -257,12 +262,19 @@ impl PolicyEngine {
                         });
                         continue;
                     }
+                    let memo_id = {
+                        use std::hash::{Hash, Hasher};
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        (&display, &source.text).hash(&mut h);
+                        h.finish()
+                    };
                     scripts.push(Script {
                         source,
                         display,
                         ast,
                         hooks,
                         declaration,
+                        memo_id,
                     });
                 }
                 Err(e) => errors.push(PolicyError::ScriptCompile {
@@ -277,6 +289,7 @@ impl PolicyEngine {
                 engine,
                 scripts,
                 run_budget: MAX_OPERATIONS_PER_RUN,
+                memo: std::sync::Arc::default(),
             })
         } else {
             Err(errors)
@@ -288,10 +301,23 @@ impl PolicyEngine {
         self.scripts.iter().map(|s| &s.source)
     }
 
-    /// Starts a pipeline run's operation budget (on this thread).
+    /// Starts a pipeline run's operation budget (on this thread), and drops the remembered
+    /// results the previous run did not use.
     pub fn begin_run(&self) {
         RUN_OPERATIONS.with(|r| r.set(0));
         RUN_BUDGET.with(|b| b.set(self.run_budget));
+        self.memo.begin_run();
+    }
+
+    /// Takes over `previous`' remembered results (after the script set was reloaded): those
+    /// of scripts that did not change are still valid, the others are never found again.
+    pub fn keep_memo_of(&mut self, previous: &PolicyEngine) {
+        self.memo = previous.memo.clone();
+    }
+
+    /// How many hook results are remembered.
+    pub fn memo_len(&self) -> usize {
+        self.memo.len()
     }
 
     /// Changes the per-run operation budget (tests use a small one).
@@ -338,7 +364,33 @@ impl PolicyEngine {
     ) {
         for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
             ctx.set_script(&script.display);
+            // Remembered for a context that reads the same: replayed, with the operations the
+            // call used charged again, unless they would exhaust the run's budget (then the
+            // script runs and stops where any replica stops).
+            let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
+            if let Some(outcome) = self
+                .memo
+                .find(script.memo_id, hook, |key| ctx.replay(key))
+                .filter(|o| spent.saturating_add(o.operations) <= self.run_budget)
+            {
+                RUN_OPERATIONS.with(|r| r.set(spent + outcome.operations));
+                for report in &outcome.reports {
+                    if let Some(d) = ctx.resolve(report) {
+                        diags.push(d);
+                    }
+                }
+                self.apply_result(
+                    hook,
+                    ctx,
+                    script,
+                    Ok(outcome.value.clone()),
+                    diags,
+                    &mut apply,
+                );
+                continue;
+            }
             CALL.with(|c| c.set((Some(std::time::Instant::now()), 0)));
+            ctx.begin_trace();
             // A panic inside the engine or an accessor must only cost this object its settings.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.engine.call_fn_with_options::<Dynamic>(
@@ -349,6 +401,7 @@ impl PolicyEngine {
                     (ctx.clone(),),
                 )
             }));
+            let trace = ctx.end_trace();
             let used = CALL.with(|c| c.replace((None, 0)).1);
             RUN_OPERATIONS.with(|r| r.set(r.get().saturating_add(used)));
             let result = match result {
@@ -358,41 +411,68 @@ impl PolicyEngine {
                     rhai::Position::NONE,
                 ))),
             };
+            // Only completed calls are remembered: a stopped or failed one depends on the
+            // budget or the clock, or is worth running again.
+            if let (Ok(value), Some(trace)) = (&result, trace) {
+                self.memo.remember(
+                    script.memo_id,
+                    hook,
+                    trace.reads,
+                    memo::Outcome {
+                        value: value.clone(),
+                        reports: trace.reports,
+                        operations: used,
+                    },
+                );
+            }
             for d in ctx.take_diagnostics() {
                 diags.push(d);
             }
-            let script_error = |message: String| Diagnostic {
-                severity: Severity::Error,
-                subject: Subject::Source {
-                    file: script.display.clone(),
-                },
-                field: Some(format!("{}() for {}", hook.function_name(), ctx.subject())),
-                message,
-            };
-            match result {
-                Ok(v) if v.is_unit() => {}
-                Ok(v) => match v.try_cast::<Map>() {
-                    Some(map) => {
-                        for (key, message) in apply(&map) {
-                            diags.push(script_error(format!("setting {key}: {message}")));
-                        }
+            self.apply_result(hook, ctx, script, result, diags, &mut apply);
+        }
+    }
+
+    /// Applies one hook call's result (a settings map, nothing, or an error) to the settings.
+    fn apply_result(
+        &self,
+        hook: Hook,
+        ctx: &HookContext,
+        script: &Script,
+        result: Result<Dynamic, Box<rhai::EvalAltResult>>,
+        diags: &mut Diagnostics,
+        apply: &mut impl FnMut(&Map) -> Vec<settings::KeyError>,
+    ) {
+        let script_error = |message: String| Diagnostic {
+            severity: Severity::Error,
+            subject: Subject::Source {
+                file: script.display.clone(),
+            },
+            field: Some(format!("{}() for {}", hook.function_name(), ctx.subject())),
+            message,
+        };
+        match result {
+            Ok(v) if v.is_unit() => {}
+            Ok(v) => match v.try_cast::<Map>() {
+                Some(map) => {
+                    for (key, message) in apply(&map) {
+                        diags.push(script_error(format!("setting {key}: {message}")));
                     }
-                    None => diags.push(script_error(
-                        "the hook must return a map of settings or nothing".to_string(),
-                    )),
-                },
-                Err(e) => {
-                    let line = e.position().line().unwrap_or(0);
-                    let reason = match e.unwrap_inner() {
-                        rhai::EvalAltResult::ErrorTerminated(token, _) => {
-                            format!("stopped: {token}")
-                        }
-                        other => other.to_string(),
-                    };
-                    diags.push(script_error(format!(
-                        "line {line}: {reason}; this script's settings are not applied to this object"
-                    )));
                 }
+                None => diags.push(script_error(
+                    "the hook must return a map of settings or nothing".to_string(),
+                )),
+            },
+            Err(e) => {
+                let line = e.position().line().unwrap_or(0);
+                let reason = match e.unwrap_inner() {
+                    rhai::EvalAltResult::ErrorTerminated(token, _) => {
+                        format!("stopped: {token}")
+                    }
+                    other => other.to_string(),
+                };
+                diags.push(script_error(format!(
+                    "line {line}: {reason}; this script's settings are not applied to this object"
+                )));
             }
         }
     }
@@ -505,6 +585,63 @@ mod tests {
             .find(|(f, _)| f.name == "config-snippets.rhai")
             .unwrap();
         assert_eq!(snippets.1.risk, Risk::Critical);
+    }
+
+    /// A hook that reads facts, the subject, a derived context and warns: remembered results
+    /// follow each of those reads, and reports name the object at hand.
+    #[test]
+    fn remembered_results_follow_every_read() {
+        let engine = PolicyEngine::compile(vec![source(
+            "reads.rhai",
+            r#"
+fn backend(ctx) {
+    if ctx.fact("tier") == "slow" { return #{ "timeout_server": 9000 }; }
+    if ctx.name == "loud" { ctx.warn("loud backend"); }
+    let t = ctx.without("Ingress").duration("timeout-server");
+    if t != () { #{ "timeout_server": t } } else { () }
+}"#,
+        )])
+        .unwrap();
+        let run = |name: &str, tier: &str, timeout: &str| {
+            let obj = ObjectRef::new(Kind::Service, &Key::new("ns", name));
+            let values: BTreeMap<String, String> = [(
+                "haproxy.org/timeout-server".to_string(),
+                timeout.to_string(),
+            )]
+            .into();
+            let facts = BTreeMap::from([("tier", tier.to_string())]);
+            let ctx = HookContext::new(
+                obj.clone(),
+                vec![ValueSource::annotations(obj, Arc::new(values))],
+                facts,
+            );
+            let mut diags = Diagnostics::new();
+            let out = engine.run_backend(&ctx, &mut diags);
+            let diags: Vec<String> = diags
+                .into_sorted()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            (out.timeouts.get("server").copied(), diags)
+        };
+        engine.begin_run();
+        // Twice each, in mixed order: the second of each is a replay.
+        for _ in 0..2 {
+            assert_eq!(run("a", "slow", "1s"), (Some(9000), vec![]));
+            assert_eq!(run("a", "fast", "1s"), (Some(1000), vec![]));
+            assert_eq!(run("b", "fast", "2s"), (Some(2000), vec![]));
+            let (timeout, diags) = run("loud", "fast", "bad");
+            assert_eq!(timeout, None);
+            assert_eq!(diags.len(), 2, "{diags:?}");
+            assert!(
+                diags.iter().all(|d| d.contains("Service ns/loud")),
+                "{diags:?}"
+            );
+            let (_, diags) = run("quiet", "fast", "bad");
+            assert_eq!(diags.len(), 1, "{diags:?}");
+            assert!(diags[0].contains("Service ns/quiet"), "{diags:?}");
+        }
+        assert_eq!(engine.memo_len(), 5);
     }
 
     fn service_ctx(annotations: &[(&str, &str)]) -> HookContext {

@@ -1,0 +1,352 @@
+//! Hook results remembered by what the hook read.
+//!
+//! A hook is a pure function of what it reads through `ctx` (the engine has no clock, no
+//! randomness, no I/O). While a call runs, every read is recorded with its answer: the
+//! annotations found for a name (raw values, where), a fact, the subject's name, whether a
+//! Service is there. Those reads, in order, lead to the result. The next call of the same
+//! script and hook replays the reads against its own context: if every answer is the same, so
+//! is the result, and the script does not run. The reads form a tree per script and hook
+//! (each answer decides the next read), so finding a result costs the reads, not the script.
+//!
+//! This makes a pipeline run incremental: an object whose inputs did not change costs a few
+//! lookups per script, and objects with the same relevant annotations (most have none) share
+//! results. Reports (bad values, `ctx.warn`) are kept relative to the context (which source,
+//! or the subject) and named against the object at hand when replayed. Results are dropped
+//! when a run no longer uses them; a new script set starts a new memo.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rhai::Dynamic;
+
+use crate::diagnostics::Severity;
+
+use super::Hook;
+
+/// A context derived from the hook's own: `ctx.service()` or `ctx.without(kind)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Derive {
+    Service,
+    Without(String),
+}
+
+/// One read a hook made, relative to its context.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadKey {
+    /// Every value under `names` (with aliases and prefixes) in the view's sources.
+    Lookup {
+        view: Vec<Derive>,
+        names: Vec<String>,
+    },
+    /// The same, in the view's sources of one kind only (`ctx.ignore_on`).
+    LookupKind {
+        view: Vec<Derive>,
+        kind: String,
+        names: Vec<String>,
+    },
+    /// `ctx.fact(name)`.
+    Fact(String),
+    /// The view's subject: `kind`, `namespace` or `name`.
+    Subject {
+        view: Vec<Derive>,
+        part: SubjectPart,
+    },
+    /// Whether the view exists (`ctx.service()` is `()` without a Service).
+    Exists(Vec<Derive>),
+    /// Who may write config snippets.
+    SnippetPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubjectPart {
+    Kind,
+    Namespace,
+    Name,
+}
+
+/// What a read answered.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadValue {
+    /// (source index in the view, raw value, how messages name it), in precedence order.
+    Found(Vec<(usize, String, String)>),
+    Text(Option<String>),
+    Flag(bool),
+}
+
+/// Whom a report is about, relative to the context it was made in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The view's source at this index.
+    Source(usize),
+    /// The view's subject.
+    Subject,
+}
+
+/// A report an accessor made (bad value, `ctx.warn`, ignored setting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub view: Vec<Derive>,
+    pub target: Target,
+    pub severity: Severity,
+    pub field: String,
+    pub message: String,
+}
+
+/// What one hook call read and reported.
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub reads: Vec<(ReadKey, ReadValue)>,
+    pub reports: Vec<Report>,
+}
+
+/// A remembered call: its value (a settings map or unit), its reports, and the operations it
+/// used (charged again when replayed, so the run budget stops every replica at the same
+/// object whether or not its memo is warm).
+#[derive(Debug)]
+pub struct Outcome {
+    pub value: Dynamic,
+    pub reports: Vec<Report>,
+    pub operations: u64,
+}
+
+enum Node {
+    Read {
+        key: ReadKey,
+        next: HashMap<ReadValue, Node>,
+    },
+    Leaf {
+        outcome: Arc<Outcome>,
+        /// The last run that used it.
+        run: u64,
+    },
+}
+
+/// Past this many remembered results the memo starts over (a safety bound; a cluster of
+/// 10 000 Ingresses with the bundled scripts needs a few hundred).
+const MAX_LEAVES: usize = 1_000_000;
+
+#[derive(Default)]
+struct State {
+    run: u64,
+    leaves: usize,
+    roots: HashMap<(u64, Hook), Node>,
+}
+
+/// The memo of one compiled script set.
+#[derive(Default)]
+pub struct Memo {
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Memo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let leaves = self.state.lock().map(|s| s.leaves).unwrap_or(0);
+        f.debug_struct("Memo").field("leaves", &leaves).finish()
+    }
+}
+
+impl Memo {
+    /// A new pipeline run: drops what the previous run did not use.
+    pub fn begin_run(&self) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let keep_from = state.run;
+        state.run += 1;
+        let mut leaves = 0;
+        state
+            .roots
+            .retain(|_, node| prune(node, keep_from, &mut leaves));
+        state.leaves = leaves;
+    }
+
+    /// The remembered outcome of `script`'s `hook` for a context that answers `replay` the
+    /// way an earlier one did.
+    pub fn find(
+        &self,
+        script: u64,
+        hook: Hook,
+        mut replay: impl FnMut(&ReadKey) -> ReadValue,
+    ) -> Option<Arc<Outcome>> {
+        let mut state = self.state.lock().ok()?;
+        let run = state.run;
+        let mut node = state.roots.get_mut(&(script, hook))?;
+        loop {
+            match node {
+                Node::Read { key, next } => {
+                    let value = replay(key);
+                    node = next.get_mut(&value)?;
+                }
+                Node::Leaf { outcome, run: used } => {
+                    *used = run;
+                    return Some(outcome.clone());
+                }
+            }
+        }
+    }
+
+    /// Remembers a call. A trace that disagrees with the tree (a read where the tree has
+    /// another) is not remembered: that would mean the hook is not a function of its reads.
+    pub fn remember(
+        &self,
+        script: u64,
+        hook: Hook,
+        trace: Vec<(ReadKey, ReadValue)>,
+        outcome: Outcome,
+    ) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        if state.leaves >= MAX_LEAVES {
+            state.roots.clear();
+            state.leaves = 0;
+        }
+        let run = state.run;
+        let leaf = Node::Leaf {
+            outcome: Arc::new(outcome),
+            run,
+        };
+        let mut reads = trace.into_iter();
+        let chain = |reads: std::vec::IntoIter<(ReadKey, ReadValue)>, leaf: Node| {
+            reads.rev().fold(leaf, |node, (key, value)| Node::Read {
+                key,
+                next: HashMap::from([(value, node)]),
+            })
+        };
+        let State { roots, leaves, .. } = &mut *state;
+        let Some(mut node) = roots.get_mut(&(script, hook)) else {
+            roots.insert((script, hook), chain(reads, leaf));
+            *leaves += 1;
+            return;
+        };
+        loop {
+            let Some((key, value)) = reads.next() else {
+                return;
+            };
+            let Node::Read { key: at, next } = node else {
+                return;
+            };
+            if *at != key {
+                return;
+            }
+            match next.entry(value) {
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    let rest: Vec<(ReadKey, ReadValue)> = reads.collect();
+                    slot.insert(chain(rest.into_iter(), leaf));
+                    *leaves += 1;
+                    return;
+                }
+                std::collections::hash_map::Entry::Occupied(slot) => node = slot.into_mut(),
+            }
+        }
+    }
+
+    /// How many results are remembered.
+    pub fn len(&self) -> usize {
+        self.state.lock().map(|s| s.leaves).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Keeps the leaves used since run `keep_from`; false when nothing is left under `node`.
+fn prune(node: &mut Node, keep_from: u64, leaves: &mut usize) -> bool {
+    match node {
+        Node::Leaf { run, .. } => {
+            let keep = *run >= keep_from;
+            *leaves += usize::from(keep);
+            keep
+        }
+        Node::Read { next, .. } => {
+            next.retain(|_, n| prune(n, keep_from, leaves));
+            !next.is_empty()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(v: i64) -> Outcome {
+        Outcome {
+            value: Dynamic::from(v),
+            reports: Vec::new(),
+            operations: 7,
+        }
+    }
+
+    fn lookup(name: &str) -> ReadKey {
+        ReadKey::Lookup {
+            view: Vec::new(),
+            names: vec![name.to_string()],
+        }
+    }
+
+    fn found(raw: &str) -> ReadValue {
+        ReadValue::Found(vec![(0, raw.to_string(), "annotation a".to_string())])
+    }
+
+    #[test]
+    fn a_result_is_found_by_replaying_its_reads() {
+        let memo = Memo::default();
+        memo.begin_run();
+        memo.remember(
+            0,
+            Hook::Route,
+            vec![(lookup("a"), found("1")), (lookup("b"), found("x"))],
+            outcome(1),
+        );
+        // Another answer for `a` leads elsewhere: no read of `b` is made up.
+        memo.remember(
+            0,
+            Hook::Route,
+            vec![(lookup("a"), ReadValue::Found(vec![]))],
+            outcome(2),
+        );
+        assert_eq!(memo.len(), 2);
+        let answer = |a: &str, b: &str| {
+            let (a, b) = (a.to_string(), b.to_string());
+            move |key: &ReadKey| match key {
+                ReadKey::Lookup { names, .. } if names[0] == "a" => {
+                    if a.is_empty() {
+                        ReadValue::Found(vec![])
+                    } else {
+                        found(&a)
+                    }
+                }
+                _ => found(&b),
+            }
+        };
+        let hit = memo.find(0, Hook::Route, answer("1", "x")).unwrap();
+        assert_eq!(hit.value.as_int().unwrap(), 1);
+        assert_eq!(hit.operations, 7);
+        assert_eq!(
+            memo.find(0, Hook::Route, answer("", "y"))
+                .unwrap()
+                .value
+                .as_int()
+                .unwrap(),
+            2
+        );
+        assert!(memo.find(0, Hook::Route, answer("1", "y")).is_none());
+        assert!(memo.find(1, Hook::Route, answer("1", "x")).is_none());
+        assert!(memo.find(0, Hook::Backend, answer("1", "x")).is_none());
+    }
+
+    #[test]
+    fn results_a_run_did_not_use_are_dropped() {
+        let memo = Memo::default();
+        memo.begin_run();
+        memo.remember(0, Hook::Route, vec![(lookup("a"), found("1"))], outcome(1));
+        memo.remember(0, Hook::Route, vec![(lookup("a"), found("2"))], outcome(2));
+        memo.begin_run();
+        assert!(memo.find(0, Hook::Route, |_| found("1")).is_some());
+        memo.begin_run();
+        assert_eq!(memo.len(), 1);
+        assert!(memo.find(0, Hook::Route, |_| found("2")).is_none());
+        assert!(memo.find(0, Hook::Route, |_| found("1")).is_some());
+    }
+}

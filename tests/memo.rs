@@ -1,0 +1,114 @@
+//! Remembered hook results (`policy::memo`) never change an outcome: a pipeline whose memo is
+//! warm from other clusters and earlier runs gives exactly what a fresh one gives — the same
+//! files, model and diagnostics — for every golden case (which include bad values, ignored
+//! settings and `ctx.warn`) and for seeded synthetic clusters before and after a change.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use portcullis::cli::{Cli, Command};
+use portcullis::pipeline::{Output, Pipeline};
+use portcullis::source::files::load_dir;
+use portcullis::store::Store;
+use portcullis::synth::{self, SynthConfig};
+use portcullis::translate::TranslateConfig;
+
+/// Everything a run decides, comparable: the model, the files, the diagnostics.
+type Summary = (String, Vec<(String, Vec<u8>)>, Vec<String>);
+
+fn summary(out: &Output) -> Summary {
+    (
+        format!("{:?}", out.model),
+        out.rendered
+            .files()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        out.diagnostics.iter().map(ToString::to_string).collect(),
+    )
+}
+
+/// The translation settings of a golden case (its `flags` file).
+fn case_config(dir: &Path) -> TranslateConfig {
+    let mut argv: Vec<String> = ["portcullis", "render", "--manifests", "."]
+        .map(String::from)
+        .to_vec();
+    if let Ok(text) = std::fs::read_to_string(dir.join("flags")) {
+        argv.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    let Command::Render(args) = Cli::try_parse_from(&argv).unwrap().command else {
+        panic!("not render");
+    };
+    args.pipeline.translate_config()
+}
+
+#[test]
+fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 15);
+    // One memo for all cases, warmed by every case before (and run twice per case).
+    let holder = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    for dir in &cases {
+        let store = Store::from_objects(load_dir(dir).unwrap().objects);
+        let fresh = Pipeline::load(None, None, case_config(dir)).unwrap();
+        let expected = summary(&fresh.run(&store).unwrap());
+        let mut warm = Pipeline::load(None, None, case_config(dir)).unwrap();
+        warm.policy.keep_memo_of(&holder.policy);
+        for round in 0..2 {
+            assert_eq!(
+                summary(&warm.run(&store).unwrap()),
+                expected,
+                "{} (round {round})",
+                dir.display()
+            );
+        }
+    }
+    assert!(holder.policy.memo_len() > 0, "the memo was used");
+}
+
+#[test]
+fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
+    let config = TranslateConfig {
+        watch_ingress_without_class: true,
+        ..TranslateConfig::default()
+    };
+    let warm = Pipeline::load(None, None, config.clone()).unwrap();
+    for seed in [1, 2, 3] {
+        let synth_config = SynthConfig::new(seed, 150, 3);
+        let cluster = synth::generate(&synth_config).unwrap();
+        let mut store = Store::from_objects(cluster.objects);
+        let cold = |store: &Store| {
+            let fresh = Pipeline::load(None, None, config.clone()).unwrap();
+            summary(&fresh.run(store).unwrap())
+        };
+        assert_eq!(
+            summary(&warm.run(&store).unwrap()),
+            cold(&store),
+            "seed {seed}"
+        );
+        // One Ingress and one EndpointSlice change: still the same as from scratch.
+        store.upsert(synth::changed_ingress(&synth_config, 7, 1).unwrap());
+        store.upsert(
+            synth::changed_endpoint_slice(&synth_config, 11, 1)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(
+            summary(&warm.run(&store).unwrap()),
+            cold(&store),
+            "seed {seed}, changed"
+        );
+    }
+}
