@@ -12,7 +12,7 @@
 use serde::Serialize;
 
 /// Who may use snippets; built from flags.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 pub struct SnippetPolicy {
     /// `--allow-config-snippets`: snippets in the controller ConfigMap.
     pub allow: bool,

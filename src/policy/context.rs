@@ -164,6 +164,25 @@ impl HookContext {
         self
     }
 
+    /// Feeds everything hooks can read through this context into `state`: the subject, every
+    /// source (object, kind of keys, values), the Service's, the facts, the snippet policy.
+    /// Contexts that feed the same give every hook the same result (see
+    /// [`super::memo::WholeRuns`]).
+    pub fn hash_inputs(&self, state: &mut impl std::hash::Hasher) {
+        use std::hash::Hash;
+        let i = &self.inner;
+        i.subject.hash(state);
+        i.sources.len().hash(state);
+        for source in i.sources.iter().chain(&i.service) {
+            source.object.hash(state);
+            source.prefixed.hash(state);
+            source.values.hash(state);
+        }
+        i.service.is_some().hash(state);
+        i.facts.hash(state);
+        i.snippets.hash(state);
+    }
+
     pub fn subject(&self) -> &ObjectRef {
         &self.inner.subject
     }

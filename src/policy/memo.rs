@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use rhai::Dynamic;
 
-use crate::diagnostics::Severity;
+use crate::diagnostics::{Diagnostic, Severity};
 
 use super::Hook;
+use super::context::HookContext;
 
 /// A context derived from the hook's own: `ctx.service()` or `ctx.without(kind)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -244,6 +245,116 @@ impl Memo {
     /// How many results are remembered.
     pub fn len(&self) -> usize {
         self.state.lock().map(|s| s.leaves).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whole hook runs (every script of one hook, applied) remembered by the complete inputs of
+/// their context ([`HookContext::hash_inputs`]: the subject, every source's annotations, the
+/// Service's, the facts). An object whose inputs did not change since the last pipeline run
+/// costs one hash of its inputs. Tied to one compiled script set (a new set starts empty),
+/// unlike the per-script [`Memo`].
+///
+/// The key is a 128-bit fingerprint (two SipHash runs under independent random keys), not
+/// the inputs themselves, which would double the memory a large cluster needs; the chance
+/// that two different inputs among a million collide is about 2^-89.
+#[derive(Default)]
+pub struct WholeRuns {
+    state: Mutex<WholeState>,
+    keys: (std::hash::RandomState, std::hash::RandomState),
+}
+
+#[derive(Default)]
+struct WholeState {
+    run: u64,
+    entries: HashMap<(Hook, u128), WholeRun>,
+}
+
+/// A remembered whole hook run: the settings (type-erased: route or backend), the reports in
+/// order, and the operations the scripts used.
+#[derive(Clone)]
+pub struct WholeRun {
+    pub value: Arc<dyn std::any::Any + Send + Sync>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub operations: u64,
+    run: u64,
+}
+
+impl std::fmt::Debug for WholeRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeRun")
+            .field("diagnostics", &self.diagnostics)
+            .field("operations", &self.operations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for WholeRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeRuns")
+            .field("entries", &self.len())
+            .finish()
+    }
+}
+
+impl WholeRuns {
+    /// A new pipeline run: drops what the previous run did not use.
+    pub fn begin_run(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            let keep_from = state.run;
+            state.run += 1;
+            state.entries.retain(|_, e| e.run >= keep_from);
+        }
+    }
+
+    /// The fingerprint of `ctx`'s inputs.
+    pub fn key(&self, ctx: &HookContext) -> u128 {
+        use std::hash::BuildHasher;
+        let (mut a, mut b) = (self.keys.0.build_hasher(), self.keys.1.build_hasher());
+        ctx.hash_inputs(&mut a);
+        ctx.hash_inputs(&mut b);
+        (u128::from(std::hash::Hasher::finish(&a)) << 64)
+            | u128::from(std::hash::Hasher::finish(&b))
+    }
+
+    pub fn find(&self, hook: Hook, key: u128) -> Option<WholeRun> {
+        let mut state = self.state.lock().ok()?;
+        let run = state.run;
+        let entry = state.entries.get_mut(&(hook, key))?;
+        entry.run = run;
+        Some(entry.clone())
+    }
+
+    pub fn remember(
+        &self,
+        hook: Hook,
+        key: u128,
+        value: Arc<dyn std::any::Any + Send + Sync>,
+        diagnostics: Vec<Diagnostic>,
+        operations: u64,
+    ) {
+        if let Ok(mut state) = self.state.lock() {
+            if state.entries.len() >= MAX_LEAVES {
+                state.entries.clear();
+            }
+            let run = state.run;
+            state.entries.insert(
+                (hook, key),
+                WholeRun {
+                    value,
+                    diagnostics,
+                    operations,
+                    run,
+                },
+            );
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.state.lock().map(|s| s.entries.len()).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -40,6 +40,8 @@ thread_local! {
     /// Operations used by the pipeline run on this thread so far, and its budget.
     static RUN_OPERATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     static RUN_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(MAX_OPERATIONS_PER_RUN) };
+    /// Whether a hook call on this thread was stopped (budget, clock) since it was reset.
+    static STOPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The hook points scripts can implement.
@@ -213,6 +215,7 @@ pub struct PolicyEngine {
     scripts: Vec<Script>,
     run_budget: u64,
     memo: std::sync::Arc<memo::Memo>,
+    whole: memo::WholeRuns,
 }
 
 impl PolicyEngine {
@@ -290,6 +293,7 @@ impl PolicyEngine {
                 scripts,
                 run_budget: MAX_OPERATIONS_PER_RUN,
                 memo: std::sync::Arc::default(),
+                whole: memo::WholeRuns::default(),
             })
         } else {
             Err(errors)
@@ -307,6 +311,7 @@ impl PolicyEngine {
         RUN_OPERATIONS.with(|r| r.set(0));
         RUN_BUDGET.with(|b| b.set(self.run_budget));
         self.memo.begin_run();
+        self.whole.begin_run();
     }
 
     /// Takes over `previous`' remembered results (after the script set was reloaded): those
@@ -340,19 +345,69 @@ impl PolicyEngine {
     }
 
     pub fn run_backend(&self, ctx: &HookContext, diags: &mut Diagnostics) -> BackendSettings {
-        let mut out = BackendSettings::default();
-        self.run(Hook::Backend, ctx, diags, |m| {
-            settings::apply_backend(m, &mut out)
-        });
-        out
+        self.run_whole(Hook::Backend, ctx, diags, |diags| {
+            let mut out = BackendSettings::default();
+            self.run(Hook::Backend, ctx, diags, |m| {
+                settings::apply_backend(m, &mut out)
+            });
+            out
+        })
     }
 
     pub fn run_route(&self, ctx: &HookContext, diags: &mut Diagnostics) -> RouteOutcome {
-        let mut out = RouteOutcome::default();
-        self.run(Hook::Route, ctx, diags, |m| {
-            settings::apply_route(m, &mut out)
-        });
-        out
+        self.run_whole(Hook::Route, ctx, diags, |diags| {
+            let mut out = RouteOutcome::default();
+            self.run(Hook::Route, ctx, diags, |m| {
+                settings::apply_route(m, &mut out)
+            });
+            out
+        })
+    }
+
+    /// Runs every script of `hook` (`compute`), or replays the run remembered for a context
+    /// with the same inputs. Its operations are charged again, unless they would exhaust the
+    /// run's budget (then the scripts run, and stop where any replica stops). A run in which
+    /// a call was stopped (budget, clock) is not remembered.
+    fn run_whole<T: Clone + Send + Sync + 'static>(
+        &self,
+        hook: Hook,
+        ctx: &HookContext,
+        diags: &mut Diagnostics,
+        compute: impl FnOnce(&mut Diagnostics) -> T,
+    ) -> T {
+        let key = self.whole.key(ctx);
+        let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
+        if let Some(done) = self
+            .whole
+            .find(hook, key)
+            .filter(|d| spent.saturating_add(d.operations) <= self.run_budget)
+        {
+            if let Some(value) = done.value.downcast_ref::<T>() {
+                RUN_OPERATIONS.with(|r| r.set(spent + done.operations));
+                for d in done.diagnostics {
+                    diags.push(d);
+                }
+                return value.clone();
+            }
+        }
+        STOPPED.with(|s| s.set(false));
+        let mut own = Diagnostics::new();
+        let value = compute(&mut own);
+        let operations = RUN_OPERATIONS
+            .with(std::cell::Cell::get)
+            .saturating_sub(spent);
+        let reports: Vec<Diagnostic> = own.iter().cloned().collect();
+        diags.extend(own);
+        if !STOPPED.with(std::cell::Cell::get) {
+            self.whole.remember(
+                hook,
+                key,
+                std::sync::Arc::new(value.clone()),
+                reports,
+                operations,
+            );
+        }
+        value
     }
 
     fn run(
@@ -492,9 +547,11 @@ fn progress(operations: u64) -> Option<Dynamic> {
         .saturating_add(operations)
         > budget
     {
+        STOPPED.with(|s| s.set(true));
         return Some("the pipeline run's operation budget is exhausted".into());
     }
     if operations % 1024 == 0 && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
+        STOPPED.with(|s| s.set(true));
         return Some(format!("the call ran longer than {}s", MAX_CALL_TIME.as_secs()).into());
     }
     None
