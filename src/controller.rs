@@ -98,6 +98,8 @@ impl From<crate::cluster::connect::StartupError> for RunError {
 enum Source {
     Files {
         dir: PathBuf,
+        /// Files whose content did not change are not parsed again.
+        cache: Arc<files::ParseCache>,
         _watch: watch::DirWatch,
     },
     Cluster(crate::cluster::Cluster),
@@ -107,7 +109,7 @@ impl Source {
     /// What the pipeline runs on: a directory to read, or a copy of the cluster store.
     fn input(&self) -> SourceInput {
         match self {
-            Source::Files { dir, .. } => SourceInput::Files(dir.clone()),
+            Source::Files { dir, cache, .. } => SourceInput::Files(dir.clone(), cache.clone()),
             Source::Cluster(c) => {
                 let (store, diagnostics) = c.state.snapshot();
                 SourceInput::Store(Box::new(store), diagnostics)
@@ -117,7 +119,7 @@ impl Source {
 }
 
 enum SourceInput {
-    Files(PathBuf),
+    Files(PathBuf, Arc<files::ParseCache>),
     Store(Box<Store>, Vec<crate::diagnostics::Diagnostic>),
 }
 
@@ -259,6 +261,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             let watch = watch::watch_dir(dir, changes_tx.clone(), Duration::from_secs(5))?;
             Source::Files {
                 dir: dir.clone(),
+                cache: Arc::default(),
                 _watch: watch,
             }
         }
@@ -439,8 +442,8 @@ async fn compute(
     let p = pipeline.clone();
     tokio::task::spawn_blocking(move || {
         let (store, mut diagnostics) = match input {
-            SourceInput::Files(dir) => {
-                let loaded = files::load_dir(&dir).map_err(|e| e.to_string())?;
+            SourceInput::Files(dir, cache) => {
+                let loaded = files::load_dir_cached(&dir, &cache).map_err(|e| e.to_string())?;
                 (
                     Store::from_objects(loaded.objects),
                     loaded.diagnostics.into_sorted(),

@@ -31,8 +31,7 @@ pub struct Applied {
 impl Applied {
     pub fn new(model: Model, rendered: RenderedConfig, renderer: &Renderer) -> Self {
         let structure = renderer
-            .render(&blank_runtime_parts(&model))
-            .map(|r| r.haproxy_cfg().to_string())
+            .render_config_cached(&blank_runtime_parts(&model))
             // Cannot happen for a model the same templates rendered; if it does, any change
             // counts as structural.
             .unwrap_or_else(|e| format!("unrenderable: {e}\n{}", rendered.haproxy_cfg()));

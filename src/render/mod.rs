@@ -128,6 +128,9 @@ impl RenderedConfig {
 pub struct Renderer {
     env: Environment<'static>,
     templates: Vec<SourceFile>,
+    /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
+    /// its model.
+    last_config: std::sync::Mutex<Option<(u128, String)>>,
 }
 
 impl Renderer {
@@ -170,6 +173,7 @@ impl Renderer {
             Ok(Self {
                 env,
                 templates: files,
+                last_config: std::sync::Mutex::new(None),
             })
         } else {
             Err(errors)
@@ -179,6 +183,26 @@ impl Renderer {
     /// The effective template files.
     pub fn templates(&self) -> &[SourceFile] {
         &self.templates
+    }
+
+    /// haproxy.cfg for `model`; when the model is the one of the previous call (the same
+    /// fingerprint of what templates see), that rendering again without running the
+    /// templates. The planner renders every configuration with its runtime parts blanked,
+    /// which for an endpoint change or a new path is the same model as before.
+    pub fn render_config_cached(&self, model: &Model) -> Result<String, RenderError> {
+        let key = fingerprint(model);
+        if let Ok(last) = self.last_config.lock() {
+            if let Some((k, cfg)) = last.as_ref() {
+                if *k == key {
+                    return Ok(cfg.clone());
+                }
+            }
+        }
+        let cfg = self.render(model)?.haproxy_cfg().to_string();
+        if let Ok(mut last) = self.last_config.lock() {
+            *last = Some((key, cfg.clone()));
+        }
+        Ok(cfg)
     }
 
     /// Renders every file. The same model always gives the same bytes.
@@ -290,4 +314,54 @@ fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), Re
         });
     }
     Ok(())
+}
+
+/// A 128-bit fingerprint of what templates see of `model` (its serialized form), from two
+/// SipHash runs under fixed, different keys.
+fn fingerprint(model: &Model) -> u128 {
+    use std::hash::Hasher;
+    struct Both(std::hash::DefaultHasher, std::hash::DefaultHasher);
+    impl std::io::Write for Both {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.write(bytes);
+            self.1.write(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut both = Both(
+        std::hash::DefaultHasher::new(),
+        std::hash::DefaultHasher::new(),
+    );
+    both.1.write_u64(0x9e37_79b9_7f4a_7c15);
+    let _ = serde_json::to_writer(&mut both, model);
+    (u128::from(both.0.finish()) << 64) | u128::from(both.1.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cached_configuration_follows_the_model() {
+        let pipeline = crate::pipeline::Pipeline::load(
+            None,
+            None,
+            crate::translate::TranslateConfig::default(),
+        )
+        .unwrap();
+        let renderer = &pipeline.renderer;
+        let store = crate::store::Store::from_objects(Vec::new());
+        let mut a = pipeline.run(&store).unwrap().model;
+        a.version = "a".to_string();
+        let mut b = a.clone();
+        b.version = "b".to_string();
+        for model in [&a, &a, &b, &a, &b, &b] {
+            let expected = renderer.render(model).unwrap().haproxy_cfg().to_string();
+            assert_eq!(renderer.render_config_cached(model).unwrap(), expected);
+        }
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+    }
 }

@@ -30,12 +30,29 @@ pub struct Loaded {
 /// `.` are skipped: a ConfigMap volume keeps its real files under `..data`, reached through the
 /// visible symlinks.
 pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
+    load_dir_cached(dir, &ParseCache::default())
+}
+
+/// One document's outcome: (document index, object or why not).
+type Parsed = Vec<(usize, Result<Object, String>)>;
+
+/// The parsed documents of each file, by a fingerprint of its content: `run` reads the whole
+/// directory on every change, and a file whose bytes did not change is not parsed again.
+#[derive(Debug, Default)]
+pub struct ParseCache {
+    files: std::sync::Mutex<std::collections::HashMap<PathBuf, (u128, std::sync::Arc<Parsed>)>>,
+}
+
+/// [`load_dir`], parsing only files whose content is not in `cache`.
+pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesError> {
     let mut files = Vec::new();
     collect_files(dir, &mut files)?;
     files.sort();
     let mut loaded = Loaded::default();
     // The last definition of a kind/namespace/name wins, with a warning naming both places.
     let mut seen: BTreeMap<(Kind, Key), String> = BTreeMap::new();
+    let mut cached = cache.files.lock().unwrap_or_else(|e| e.into_inner());
+    cached.retain(|path, _| files.contains(path));
     for file in files {
         let display = file
             .strip_prefix(dir)
@@ -54,45 +71,76 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
                 continue;
             }
         };
-        for (index, doc) in parse_documents(&file, &text).into_iter().enumerate() {
-            let index = index + 1;
+        let key = fingerprint(text.as_bytes());
+        let parsed = match cached.get(&file) {
+            Some((k, parsed)) if *k == key => parsed.clone(),
+            _ => {
+                let parsed = std::sync::Arc::new(parse_file(&file, &text));
+                cached.insert(file.clone(), (key, parsed.clone()));
+                parsed
+            }
+        };
+        for (index, outcome) in parsed.iter() {
             let place = format!("{display} (document {index})");
-            let values = match doc {
-                Ok(serde_json::Value::Null) => continue,
-                Ok(v) => expand_list(v),
+            match outcome {
+                Ok(object) => {
+                    let id = (object.kind(), object.key());
+                    if let Some(previous) = seen.insert(id, place.clone()) {
+                        loaded.diagnostics.push(Diagnostic {
+                            severity: Severity::Warning,
+                            subject: Subject::Object(object.object_ref()),
+                            field: None,
+                            message: format!(
+                                "defined twice; {place} replaces the one in {previous}"
+                            ),
+                        });
+                    }
+                    loaded.objects.push(object.clone());
+                }
                 Err(reason) => {
                     loaded
                         .diagnostics
-                        .push(document_error(&display, index, reason));
-                    continue;
-                }
-            };
-            for value in values {
-                match Object::from_value(value) {
-                    Ok(object) => {
-                        let id = (object.kind(), object.key());
-                        if let Some(previous) = seen.insert(id, place.clone()) {
-                            loaded.diagnostics.push(Diagnostic {
-                                severity: Severity::Warning,
-                                subject: Subject::Object(object.object_ref()),
-                                field: None,
-                                message: format!(
-                                    "defined twice; {place} replaces the one in {previous}"
-                                ),
-                            });
-                        }
-                        loaded.objects.push(object);
-                    }
-                    Err(ParseError::UnsupportedKind(_)) => {}
-                    Err(e) => {
-                        let d = document_error(&display, index, e.to_string());
-                        loaded.diagnostics.push(d);
-                    }
+                        .push(document_error(&display, *index, reason.clone()));
                 }
             }
         }
     }
     Ok(loaded)
+}
+
+/// Every document of one file: objects, and why the others are not.
+fn parse_file(file: &Path, text: &str) -> Parsed {
+    let mut out = Vec::new();
+    for (index, doc) in parse_documents(file, text).into_iter().enumerate() {
+        let index = index + 1;
+        let values = match doc {
+            Ok(serde_json::Value::Null) => continue,
+            Ok(v) => expand_list(v),
+            Err(reason) => {
+                out.push((index, Err(reason)));
+                continue;
+            }
+        };
+        for value in values {
+            match Object::from_value(value) {
+                Ok(object) => out.push((index, Ok(object))),
+                Err(ParseError::UnsupportedKind(_)) => {}
+                Err(e) => out.push((index, Err(e.to_string()))),
+            }
+        }
+    }
+    out
+}
+
+/// A 128-bit fingerprint of a file's bytes (two SipHash runs, told apart by a prefix).
+fn fingerprint(bytes: &[u8]) -> u128 {
+    use std::hash::Hasher;
+    let mut a = std::hash::DefaultHasher::new();
+    let mut b = std::hash::DefaultHasher::new();
+    b.write_u64(0x9e37_79b9_7f4a_7c15);
+    a.write(bytes);
+    b.write(bytes);
+    (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
 fn document_error(file: &str, index: usize, message: String) -> Diagnostic {
@@ -177,6 +225,52 @@ fn expand_list(v: serde_json::Value) -> Vec<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache gives what a fresh read gives: changed, removed and broken files included.
+    #[test]
+    fn cached_loads_follow_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ParseCache::default();
+        let names = |loaded: &Loaded| -> Vec<String> {
+            let mut n: Vec<String> = loaded.objects.iter().map(|o| o.key().to_string()).collect();
+            n.sort();
+            n
+        };
+        let same = |cache: &ParseCache| {
+            let cached = load_dir_cached(dir.path(), cache).unwrap();
+            let fresh = load_dir(dir.path()).unwrap();
+            assert_eq!(names(&cached), names(&fresh));
+            let text = |l: Loaded| -> Vec<String> {
+                l.diagnostics
+                    .into_sorted()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect()
+            };
+            let (c, f) = (names(&cached), text(cached));
+            assert_eq!(f, text(fresh));
+            (c, f)
+        };
+        let service = |name: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
+        };
+        std::fs::write(dir.path().join("a.yaml"), service("a")).unwrap();
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            format!("{}---\n: [\n", service("b")),
+        )
+        .unwrap();
+        let (objects, diags) = same(&cache);
+        assert_eq!(objects, ["ns/a", "ns/b"]);
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        // Read again from the cache: the broken document is still reported.
+        assert_eq!(same(&cache).1.len(), 1);
+        std::fs::write(dir.path().join("a.yaml"), service("c")).unwrap();
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        let (objects, diags) = same(&cache);
+        assert_eq!(objects, ["ns/c"]);
+        assert!(diags.is_empty(), "{diags:?}");
+    }
 
     #[test]
     fn bad_document_is_reported_and_the_rest_loads() {
