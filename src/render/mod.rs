@@ -6,6 +6,7 @@
 
 mod bundled;
 pub mod formatter;
+mod fragments;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -131,6 +132,8 @@ pub struct Renderer {
     /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
     /// its model.
     last_config: std::sync::Mutex<Option<(u128, String)>>,
+    /// Backend sections rendered by `backend_section` (see [`fragments`]).
+    fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
 }
 
 impl Renderer {
@@ -154,6 +157,8 @@ impl Renderer {
             env.set_syntax(config);
         }
         formatter::register(&mut env);
+        let fragments = std::sync::Arc::default();
+        fragments::register(&mut env, &fragments);
         let mut errors = Vec::new();
         for file in &files {
             if let Err(e) = env.add_template_owned(file.name.clone(), file.text.clone()) {
@@ -174,6 +179,7 @@ impl Renderer {
                 env,
                 templates: files,
                 last_config: std::sync::Mutex::new(None),
+                fragments,
             })
         } else {
             Err(errors)
@@ -232,6 +238,7 @@ impl Renderer {
             .env
             .get_template(ENTRY_TEMPLATE)
             .map_err(render_error)?;
+        fragments::begin_render(&self.fragments, model);
         let ctx = minijinja::context! {
             model => minijinja::Value::from(minijinja::value::Serde(model)),
             files => minijinja::Value::from(minijinja::value::Serde(FILES)),
@@ -343,6 +350,37 @@ fn fingerprint(model: &Model) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Remembered backend sections never show an old backend or an old rest of the model.
+    #[test]
+    fn remembered_backend_sections_follow_the_model() {
+        let config = crate::translate::TranslateConfig {
+            watch_ingress_without_class: true,
+            ..crate::translate::TranslateConfig::default()
+        };
+        let pipeline = crate::pipeline::Pipeline::load(None, None, config).unwrap();
+        let cluster = crate::synth::generate(&crate::synth::SynthConfig::new(5, 30, 3)).unwrap();
+        let store = crate::store::Store::from_objects(cluster.objects);
+        let base = pipeline.run(&store).unwrap().model;
+        assert!(base.backends.len() >= 30);
+        let mut moved = base.clone();
+        moved.backends[3].servers[0].address = Some("10.9.9.9".to_string());
+        moved.backends[3].servers[0].port = 9999;
+        let mut renamed = moved.clone();
+        renamed.version = "other".to_string();
+        let fresh = |m: &Model| {
+            let r = Renderer::load(None).unwrap();
+            r.render(m).unwrap().haproxy_cfg().to_string()
+        };
+        let warm = &pipeline.renderer;
+        for model in [&base, &moved, &base, &renamed, &moved, &moved] {
+            assert_eq!(
+                warm.render(model).unwrap().haproxy_cfg(),
+                fresh(model).as_str()
+            );
+        }
+        assert!(fresh(&moved).contains("10.9.9.9:9999"));
+    }
 
     #[test]
     fn the_cached_configuration_follows_the_model() {
