@@ -8,8 +8,8 @@
 //! same inputs give the same text, so a remembered one is printed as it is.
 //!
 //! Everything else in the model counts (a template may read any of it), so a change outside
-//! the backends renders every section again; an endpoint change renders one. Sections no
-//! render used are dropped after each render. A site entry template that still includes
+//! the backends renders every section again; an endpoint change renders one. Sections that
+//! neither of the last two renders used are dropped. A site entry template that still includes
 //! `parts/backend.j2` renders as before, without this cache.
 
 use std::collections::HashMap;
@@ -29,8 +29,10 @@ pub(crate) struct Fragments {
     rest: u128,
     /// Each backend's fingerprint by name, for the render in progress.
     backends: HashMap<String, u128>,
-    /// (rest, backend) fingerprints → (text, used by the render in progress).
-    texts: HashMap<(u128, u128), (Arc<str>, bool)>,
+    /// Counts renders.
+    render: u64,
+    /// (rest, backend) fingerprints → (text, the last render that used it).
+    texts: HashMap<(u128, u128), (Arc<str>, u64)>,
 }
 
 /// Two 64-bit SipHash runs, told apart by a prefix: 128 bits, so that two different
@@ -124,7 +126,10 @@ pub(crate) fn begin_render(fragments: &Mutex<Fragments>, model: &Model) {
     };
     f.rest = rest.finish();
     f.backends = fingerprints;
-    f.texts.retain(|_, (_, used)| std::mem::take(used));
+    // Kept for two renders: the planner renders a blanked model between two real ones.
+    f.render += 1;
+    let keep_from = f.render.saturating_sub(2);
+    f.texts.retain(|_, (_, used)| *used >= keep_from);
 }
 
 /// Registers `backend_section(backend)`.
@@ -146,8 +151,9 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
                 (rest, h.finish())
             });
             if let Ok(mut f) = fragments.lock() {
+                let render = f.render;
                 if let Some((text, used)) = f.texts.get_mut(&key) {
-                    *used = true;
+                    *used = render;
                     return Ok(Value::from_safe_string(text.to_string()));
                 }
             }
@@ -158,7 +164,8 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
             };
             let text = state.env().get_template(BACKEND_TEMPLATE)?.render(ctx)?;
             if let Ok(mut f) = fragments.lock() {
-                f.texts.insert(key, (Arc::from(text.as_str()), true));
+                let render = f.render;
+                f.texts.insert(key, (Arc::from(text.as_str()), render));
             }
             // Already through the output guard of the section's own template.
             Ok(Value::from_safe_string(text))
