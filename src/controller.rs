@@ -387,7 +387,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
 }
 
 /// Coalesces a burst: waits until the source is quiet for `debounce`, but never longer than
-/// ten debounce periods after the first change.
+/// ten debounce periods after the first change. Then takes every notification already
+/// queued: the run that follows reads the source as it is now, so it covers them all. (Left
+/// queued, they would each start another full run after a slow one, long after the last
+/// change.)
 async fn settle(
     changes: &mut mpsc::UnboundedReceiver<Instant>,
     first: Instant,
@@ -405,6 +408,7 @@ async fn settle(
             _ = quiet => break,
         }
     }
+    while changes.try_recv().is_ok() {}
 }
 
 /// Reads the source and runs the pipeline, off the async threads.
@@ -671,4 +675,27 @@ async fn check_haproxy_binary(bin: &str) -> Result<(), RunError> {
     let version = String::from_utf8_lossy(&out.stdout);
     tracing::info!(version = %version.lines().next().unwrap_or_default(), "using HAProxy");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run that took longer than the cap must not leave notifications behind, each of
+    /// which would start another full run.
+    #[tokio::test]
+    async fn settling_takes_every_queued_notification() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let debounce = Duration::from_millis(10);
+        let first = Instant::now() - Duration::from_secs(5);
+        for _ in 0..50 {
+            tx.send(Instant::now()).unwrap();
+        }
+        settle(&mut rx, first, debounce).await;
+        assert!(rx.try_recv().is_err(), "notifications were left queued");
+        // A quiet source settles after one debounce period.
+        let started = Instant::now();
+        settle(&mut rx, Instant::now(), debounce).await;
+        assert!(started.elapsed() >= debounce);
+    }
 }
