@@ -95,10 +95,18 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
         &tls_secret(NS, "secure-tls", &secure2.0, &secure2.1),
     );
     let fp = |c: &(String, String)| fingerprint(&h.work(), &c.0);
-    wait_until(APPLY_TIMEOUT, "both new certificates are served", || {
-        served("other.example.com") == Some(fp(&default2))
-            && served("secure.example.com") == Some(fp(&secure2))
-    });
+    // HAProxy serves the new content as soon as it is committed; the disk follows in the
+    // same apply, just after.
+    wait_until(
+        APPLY_TIMEOUT,
+        "both new certificates are served and written",
+        || {
+            served("other.example.com") == Some(fp(&default2))
+                && served("secure.example.com") == Some(fp(&secure2))
+                && files("default-tls").len() == 2
+                && files("secure-tls").len() == 2
+        },
+    );
     let s2: Vec<String> = files("secure-tls")
         .into_iter()
         .filter(|f| !s1.contains(f))
@@ -108,9 +116,16 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
         "secret.yaml",
         &tls_secret(NS, "secure-tls", &secure3.0, &secure3.1),
     );
-    wait_until(APPLY_TIMEOUT, "the third certificate is served", || {
-        served("secure.example.com") == Some(fp(&secure3))
-    });
+    wait_until(
+        APPLY_TIMEOUT,
+        "the third certificate is served and written",
+        || {
+            let now = files("secure-tls");
+            served("secure.example.com") == Some(fp(&secure3))
+                && now.len() == 2
+                && !now.contains(&s2[0])
+        },
+    );
     assert_eq!(h.reloads(), reloads, "rotations must not reload");
 
     // HAProxy still names the files it loaded; they exist, untouched.
