@@ -103,6 +103,7 @@ async fn run(
 ) {
     let mut retry = tokio::time::interval(RETRY_EVERY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut written = Written::new();
     loop {
         // Events are recorded for a new state or a new leader; a timer tick only re-checks
         // status.
@@ -128,7 +129,15 @@ async fn run(
             continue;
         };
         if let Some(publish) = &config.publish {
-            write_status(&client, &config, publish, &state.store, &metrics).await;
+            write_status(
+                &client,
+                &config,
+                publish,
+                &state.store,
+                &metrics,
+                &mut written,
+            )
+            .await;
         }
         if record_events {
             let stats = recorder.record(&state.diagnostics, &state.store).await;
@@ -141,12 +150,24 @@ async fn run(
     }
 }
 
+/// What this replica wrote to each Ingress' status, with the resourceVersion its store had
+/// then: until the store shows a newer version, the Ingress is not written again with the
+/// same addresses (the watch has not brought our own write back yet).
+type Written = std::collections::HashMap<
+    crate::objects::Key,
+    (
+        Option<String>,
+        Vec<k8s_openapi::api::networking::v1::IngressLoadBalancerIngress>,
+    ),
+>;
+
 async fn write_status(
     client: &kube::Client,
     config: &PublisherConfig,
     publish: &Publish,
     store: &Store,
     metrics: &Metrics,
+    written: &mut Written,
 ) {
     let addresses = status::publish_addresses(publish, store);
     if addresses.is_empty() {
@@ -160,11 +181,31 @@ async fn write_status(
         &config.controller_class,
         config.watch_ingress_without_class,
     );
-    let updates = status::updates(store, &classes, &addresses);
+    let versions: std::collections::HashMap<&crate::objects::Key, Option<String>> = store
+        .ingresses()
+        .map(|(key, i)| (key, i.metadata.resource_version.clone()))
+        .collect();
+    let version = |key: &crate::objects::Key| versions.get(key).cloned().flatten();
+    let updates: Vec<_> = status::updates(store, &classes, &addresses)
+        .into_iter()
+        .filter(|u| {
+            let now = version(&u.key);
+            now.is_none() || written.get(&u.key) != Some(&(now, u.ingress.clone()))
+        })
+        .collect();
+    written.retain(|key, _| versions.contains_key(key));
     if updates.is_empty() {
         return;
     }
     let failed = status::write(client, &updates).await;
+    for update in &updates {
+        if !failed.iter().any(|(key, _)| *key == update.key) {
+            written.insert(
+                update.key.clone(),
+                (version(&update.key), update.ingress.clone()),
+            );
+        }
+    }
     for (key, e) in &failed {
         tracing::warn!(ingress = %key, "writing Ingress status failed (retried): {e}");
     }
