@@ -12,6 +12,7 @@ pub mod controller;
 pub mod crd;
 pub mod demo;
 pub mod diagnostics;
+pub mod fingerprint;
 pub mod haproxy;
 pub mod layers;
 pub mod metrics;

@@ -13,11 +13,11 @@
 //! `parts/backend.j2` renders as before, without this cache.
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use minijinja::{Environment, Error, State, Value};
 
+use crate::fingerprint::Fingerprint;
 use crate::model::Model;
 
 /// The template `backend_section` renders.
@@ -33,44 +33,6 @@ pub(crate) struct Fragments {
     render: u64,
     /// (rest, backend) fingerprints → (text, the last render that used it).
     texts: HashMap<(u128, u128), (Arc<str>, u64)>,
-}
-
-/// Two 64-bit SipHash runs, told apart by a prefix: 128 bits, so that two different
-/// backends among millions practically never share a key.
-struct Fingerprint(DefaultHasher, DefaultHasher);
-
-impl Fingerprint {
-    fn new() -> Self {
-        let mut second = DefaultHasher::new();
-        second.write_u64(0x9e37_79b9_7f4a_7c15);
-        Self(DefaultHasher::new(), second)
-    }
-
-    fn add(&mut self, value: &impl Hash) {
-        value.hash(&mut self.0);
-        value.hash(&mut self.1);
-    }
-
-    /// Adds what templates see of `value`: its serialized form.
-    fn add_serialized(&mut self, value: &impl serde::Serialize) {
-        let _ = serde_json::to_writer(&mut *self, value);
-    }
-
-    fn finish(&self) -> u128 {
-        (u128::from(self.0.finish()) << 64) | u128::from(self.1.finish())
-    }
-}
-
-impl std::io::Write for Fingerprint {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.write(bytes);
-        self.1.write(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Starts a render of `model`: fingerprints the model without its backends and each backend

@@ -196,7 +196,7 @@ impl Renderer {
     /// templates. The planner renders every configuration with its runtime parts blanked,
     /// which for an endpoint change or a new path is the same model as before.
     pub fn render_config_cached(&self, model: &Model) -> Result<String, RenderError> {
-        let key = fingerprint(model);
+        let key = crate::fingerprint::of_serialized(model);
         if let Ok(last) = self.last_config.lock() {
             if let Some((k, cfg)) = last.as_ref() {
                 if *k == key {
@@ -323,30 +323,6 @@ fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), Re
     Ok(())
 }
 
-/// A 128-bit fingerprint of what templates see of `model` (its serialized form), from two
-/// SipHash runs under fixed, different keys.
-fn fingerprint(model: &Model) -> u128 {
-    use std::hash::Hasher;
-    struct Both(std::hash::DefaultHasher, std::hash::DefaultHasher);
-    impl std::io::Write for Both {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.write(bytes);
-            self.1.write(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut both = Both(
-        std::hash::DefaultHasher::new(),
-        std::hash::DefaultHasher::new(),
-    );
-    both.1.write_u64(0x9e37_79b9_7f4a_7c15);
-    let _ = serde_json::to_writer(&mut both, model);
-    (u128::from(both.0.finish()) << 64) | u128::from(both.1.finish())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,6 +376,9 @@ mod tests {
             let expected = renderer.render(model).unwrap().haproxy_cfg().to_string();
             assert_eq!(renderer.render_config_cached(model).unwrap(), expected);
         }
-        assert_ne!(fingerprint(&a), fingerprint(&b));
+        assert_ne!(
+            crate::fingerprint::of_serialized(&a),
+            crate::fingerprint::of_serialized(&b)
+        );
     }
 }

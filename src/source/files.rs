@@ -71,7 +71,7 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
                 continue;
             }
         };
-        let key = fingerprint(text.as_bytes());
+        let key = crate::fingerprint::of_bytes(text.as_bytes());
         let parsed = match cached.get(&file) {
             Some((k, parsed)) if *k == key => parsed.clone(),
             _ => {
@@ -130,17 +130,6 @@ fn parse_file(file: &Path, text: &str) -> Parsed {
         }
     }
     out
-}
-
-/// A 128-bit fingerprint of a file's bytes (two SipHash runs, told apart by a prefix).
-fn fingerprint(bytes: &[u8]) -> u128 {
-    use std::hash::Hasher;
-    let mut a = std::hash::DefaultHasher::new();
-    let mut b = std::hash::DefaultHasher::new();
-    b.write_u64(0x9e37_79b9_7f4a_7c15);
-    a.write(bytes);
-    b.write(bytes);
-    (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
 fn document_error(file: &str, index: usize, message: String) -> Diagnostic {
