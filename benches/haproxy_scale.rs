@@ -72,13 +72,16 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+mod support;
+use support::{env_list, env_num, free_port, get};
 
 use portcullis::demo::{EchoServer, spawn_echo};
 use portcullis::objects::{Key, Kind, Object};
@@ -106,22 +109,6 @@ fn stamp() -> String {
         secs / 60 % 60,
         secs % 60
     )
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
-
-fn env_list(name: &str, default: &str) -> Vec<usize> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_string())
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().expect("a comma-separated list of numbers"))
-        .collect()
 }
 
 struct Options {
@@ -168,29 +155,6 @@ impl Options {
 
 // ---------------------------------------------------------------------------------------------
 // HTTP, files, processes
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One HTTP/1.1 request over a fresh connection: (status, body).
-fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.set_nodelay(true).ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).ok()?;
-    let buf = String::from_utf8_lossy(&buf);
-    let status = buf.split(' ').nth(1)?.parse().ok()?;
-    let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    Some((status, body))
-}
 
 /// A work directory under /tmp (short: socket paths live there), kept with `HSCALE_KEEP=1`.
 fn work_dir(prefix: &str) -> tempfile::TempDir {

@@ -13,33 +13,13 @@
 )]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One HTTP/1.1 request over a fresh connection: (status, body).
-fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.set_nodelay(true).ok()?;
-    // One write: a request split over several small writes meets Nagle and delayed ACKs.
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes()).ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split(' ').nth(1)?.parse().ok()?;
-    let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
-    Some((status, body))
-}
+mod support;
+use support::{free_port, get};
 
 fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");

@@ -34,21 +34,8 @@ use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig, TlsPem};
 use portcullis::translate::{RunInputs, TranslateConfig};
 
-fn env_list(name: &str, default: &str) -> Vec<usize> {
-    std::env::var(name)
-        .unwrap_or_else(|_| default.to_string())
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().expect("a comma-separated list of numbers"))
-        .collect()
-}
-
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+use support::{env_list, env_num};
 
 fn config(seed: u64, n: usize, k: usize) -> SynthConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");

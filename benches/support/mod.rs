@@ -1,0 +1,50 @@
+//! Helpers the benchmarks share: settings from the environment, loopback ports and a plain
+//! HTTP/1.1 client. (A directory, so Cargo does not take it for a bench target.)
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+/// `name` from the environment, parsed, or `default`.
+pub(crate) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// A comma-separated list of numbers from the environment, or `default`.
+pub(crate) fn env_list(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.to_string())
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().expect("a comma-separated list of numbers"))
+        .collect()
+}
+
+/// A free TCP port on 127.0.0.1.
+pub(crate) fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 request over a fresh connection: (status, body).
+pub(crate) fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.set_nodelay(true).ok()?;
+    // One write: a request split over several small writes meets Nagle and delayed ACKs.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let buf = String::from_utf8_lossy(&buf);
+    let status = buf.split(' ').nth(1)?.parse().ok()?;
+    let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    Some((status, body))
+}
