@@ -86,14 +86,11 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
     let default2 = self_signed(&h.work(), "default.example.com", "default-2");
     let secure2 = self_signed(&h.work(), "secure.example.com", "secure-2");
     let secure3 = self_signed(&h.work(), "secure.example.com", "secure-3");
-    h.write(
-        "default.yaml",
-        &tls_secret(NS, "default-tls", &default2.0, &default2.1),
-    );
-    h.write(
-        "secret.yaml",
-        &tls_secret(NS, "secure-tls", &secure2.0, &secure2.1),
-    );
+    let put = |file: &str, secret: &str, c: &(String, String)| {
+        h.write(file, &tls_secret(NS, secret, &c.0, &c.1));
+    };
+    put("default.yaml", "default-tls", &default2);
+    put("secret.yaml", "secure-tls", &secure2);
     let fp = |c: &(String, String)| fingerprint(&h.work(), &c.0);
     // HAProxy serves the new content as soon as it is committed; the disk follows in the
     // same apply, just after.
@@ -112,10 +109,7 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
         .filter(|f| !s1.contains(f))
         .collect();
     assert_eq!(s2.len(), 1, "{:?}", files("secure-tls"));
-    h.write(
-        "secret.yaml",
-        &tls_secret(NS, "secure-tls", &secure3.0, &secure3.1),
-    );
+    put("secret.yaml", "secure-tls", &secure3);
     wait_until(
         APPLY_TIMEOUT,
         "the third certificate is served and written",
@@ -159,16 +153,7 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
 
     // A reload (a new backend) loads the disk: the old files are not named by anything now.
     h.write("api.yaml", &api);
-    h.write(
-        "api-ingress.yaml",
-        &ingress(
-            NS,
-            "api",
-            &[route(Some("api.example.com"), "/", "Prefix", "api")],
-            None,
-            &[],
-        ),
-    );
+    h.write("api-ingress.yaml", &api_ingress(NS));
     wait_until(APPLY_TIMEOUT, "the new backend reloads", || {
         h.reloads().0 > reloads.0
     });

@@ -273,16 +273,7 @@ fn passthrough_and_offload_share_the_https_port() {
     // socket between the two frontends is handed over to the new worker).
     let api = h.backend(NS, "api");
     h.write("api.yaml", &api);
-    h.write(
-        "api-ingress.yaml",
-        &ingress(
-            NS,
-            "api",
-            &[route(Some("api.example.com"), "/", "Prefix", "api")],
-            None,
-            &[],
-        ),
-    );
+    h.write("api-ingress.yaml", &api_ingress(NS));
     wait_until(APPLY_TIMEOUT, "the api backend is served", || {
         h.try_get("api.example.com", "/")
             .is_some_and(|a| a.who() == "api")
@@ -468,16 +459,7 @@ fn tls_to_the_pods_is_verified_and_presents_a_client_certificate() {
         "to-pods.yaml",
         &tls_secret(NS, "to-pods", &haproxy_client.2, &haproxy_client.3),
     );
-    h.write(
-        "api-ingress.yaml",
-        &ingress(
-            NS,
-            "api",
-            &[route(Some("api.example.com"), "/", "Prefix", "api")],
-            None,
-            &[],
-        ),
-    );
+    h.write("api-ingress.yaml", &api_ingress(NS));
     h.start(&[]);
     let answer = h.get("api.example.com", "/");
     assert_eq!(answer.status, 200, "{answer:?}\n{}", h.log());

@@ -1140,6 +1140,18 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Ingress `api`: host `api.example.com`, `/` to Service `api` (a backend of its own, so
+/// adding it reloads HAProxy).
+pub fn api_ingress(ns: &str) -> String {
+    ingress(
+        ns,
+        "api",
+        &[route(Some("api.example.com"), "/", "Prefix", "api")],
+        None,
+        &[],
+    )
+}
+
 /// Service `web` (one echo pod named `web`) and Ingress `secure` routing `host` to it, with
 /// TLS from the Secret `secret`; all in namespace `ns`.
 pub fn write_tls_site(h: &mut Harness, ns: &str, host: &str, secret: &str) {
