@@ -614,7 +614,9 @@ fn without_refused_certificates(
     }
     if !model.tls.enabled() {
         // No certificate left: no HTTPS frontend, so no redirect to it either.
-        model.maps.ssl_redirect.clear();
+        std::sync::Arc::make_mut(&mut model.maps)
+            .ssl_redirect
+            .clear();
         model.redirect_codes.clear();
     }
     let rendered = renderer.render(&model).ok()?;

@@ -5,6 +5,7 @@
 //! config. The model is serializable so `/debug/model` and templates can read it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -17,14 +18,16 @@ pub struct Model {
     /// The runtime API socket HAProxy should open (`portcullis run`); none for `render`.
     pub runtime_socket: Option<String>,
     pub global: GlobalSettings,
-    /// HTTP routing tables, looked up by host+path (see `docs/architecture.md`).
-    pub maps: RouteMaps,
+    /// HTTP routing tables, looked up by host+path (see `docs/architecture.md`). Shared, like
+    /// the backends: they are the largest part of the model after them.
+    pub maps: Arc<RouteMaps>,
     /// Route rules applied in the frontends: request captures and canary routes.
     pub frontend_rules: FrontendRules,
     /// Redirect codes used by `ssl-redirect`, one frontend rule each.
     pub redirect_codes: Vec<u16>,
-    /// Service backends, sorted by name.
-    pub backends: Vec<Backend>,
+    /// Service backends, sorted by name. Shared, so that a model that differs from the last
+    /// in a few backends (an endpoint change) is built without copying the others.
+    pub backends: Vec<Arc<Backend>>,
     /// Where requests that match no route go.
     pub default_backend: DefaultBackend,
     /// TLS certificates served by SNI; empty means no HTTPS frontend.
@@ -34,7 +37,7 @@ pub struct Model {
     /// TCP frontends from TCP custom resources, oldest object first.
     pub tcp: Vec<TcpService>,
     /// Their TCP-mode backends (`tcp_<namespace>_<service>_<port>`), sorted by name.
-    pub tcp_backends: Vec<Backend>,
+    pub tcp_backends: Vec<Arc<Backend>>,
     /// `userlist` sections for basic authentication, one per Secret, sorted by name.
     pub userlists: Vec<Userlist>,
     /// HAProxy error pages from the `--configmap-errorfiles` ConfigMap, by status code.

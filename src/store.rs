@@ -4,9 +4,14 @@
 //! anything iterating a snapshot does so in the same order on every replica, whatever order the
 //! events arrived in. EndpointSlices are indexed by the Service they belong to, so that joining
 //! Services to endpoints is a lookup, not a scan.
+//!
+//! The store also keeps a short journal of what changed, so that a reader that saw it at one
+//! [`Mark`] can tell what changed since (see [`Store::changes_since`]): the pipeline uses it to
+//! redo only the backends whose endpoints moved.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -20,9 +25,67 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// An immutable view of the store.
 pub type Snapshot = Arc<Store>;
 
+/// How many changes the journal keeps. A reader further behind sees "unknown" and starts over.
+const JOURNAL_LEN: usize = 1024;
+
+/// Where a store's history stood: a reader keeps it to ask what changed since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// Stores built separately never share a history; copies of one store do.
+    lineage: u64,
+    generation: u64,
+}
+
+/// One object inserted, replaced or removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub kind: Kind,
+    pub key: Key,
+    /// For an EndpointSlice: the Service whose endpoints it changed (both the old and the new
+    /// one, as two changes, when its Service label moved).
+    pub service: Option<Key>,
+}
+
+#[derive(Debug, Clone)]
+struct Journal {
+    lineage: u64,
+    generation: u64,
+    /// The last changes, each with the generation it made.
+    recent: VecDeque<(u64, Change)>,
+}
+
+impl Default for Journal {
+    fn default() -> Self {
+        static LINEAGES: AtomicU64 = AtomicU64::new(1);
+        Self {
+            lineage: LINEAGES.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+            recent: VecDeque::new(),
+        }
+    }
+}
+
+impl Journal {
+    fn record(&mut self, kind: Kind, key: &Key, service: Option<Key>) {
+        self.generation += 1;
+        if self.recent.len() == JOURNAL_LEN {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((
+            self.generation,
+            Change {
+                kind,
+                key: key.clone(),
+                service,
+            },
+        ));
+    }
+}
+
 /// All objects Portcullis reads, indexed for the joins translation needs.
 #[derive(Debug, Default, Clone)]
 pub struct Store {
+    journal: Journal,
     ingresses: BTreeMap<Key, Arc<Ingress>>,
     ingress_classes: BTreeMap<Key, Arc<IngressClass>>,
     services: BTreeMap<Key, Arc<Service>>,
@@ -51,6 +114,20 @@ impl Store {
     /// Inserts or replaces an object.
     pub fn upsert(&mut self, object: Object) {
         let key = object.key();
+        let kind = object.kind();
+        if let Object::EndpointSlice(slice) = &object {
+            let old = self
+                .endpoint_slices
+                .get(&key)
+                .and_then(|o| slice_service(&key, o));
+            let new = slice_service(&key, slice);
+            if old.is_some() && old != new {
+                self.journal.record(kind, &key, old);
+            }
+            self.journal.record(kind, &key, new);
+        } else {
+            self.journal.record(kind, &key, None);
+        }
         match object {
             Object::Ingress(o) => {
                 self.ingresses.insert(key, o);
@@ -88,6 +165,11 @@ impl Store {
 
     /// Removes an object; removing one that is not there is not an error.
     pub fn delete(&mut self, kind: Kind, key: &Key) {
+        let service = (kind == Kind::EndpointSlice)
+            .then(|| self.endpoint_slices.get(key))
+            .flatten()
+            .and_then(|o| slice_service(key, o));
+        self.journal.record(kind, key, service);
         match kind {
             Kind::Ingress => drop(self.ingresses.remove(key)),
             Kind::IngressClass => drop(self.ingress_classes.remove(key)),
@@ -115,6 +197,37 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Where this store's history stands now.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            lineage: self.journal.lineage,
+            generation: self.journal.generation,
+        }
+    }
+
+    /// Every change made since `mark`, oldest first; `None` when that is unknown (another
+    /// store, or further back than the journal reaches).
+    pub fn changes_since(&self, mark: Mark) -> Option<impl Iterator<Item = &Change>> {
+        if mark.lineage != self.journal.lineage || mark.generation > self.journal.generation {
+            return None;
+        }
+        let oldest_kept = self
+            .journal
+            .recent
+            .front()
+            .map_or(self.journal.generation + 1, |(g, _)| *g);
+        if mark.generation + 1 < oldest_kept {
+            return None;
+        }
+        Some(
+            self.journal
+                .recent
+                .iter()
+                .filter(move |(g, _)| *g > mark.generation)
+                .map(|(_, c)| c),
+        )
     }
 
     /// An immutable copy for readers. Objects are shared, only the indexes are copied.
@@ -208,5 +321,30 @@ mod tests {
         store.delete(Kind::EndpointSlice, &Key::new("ns", "a-2"));
         assert_eq!(store.endpoint_slices_of(&b).count(), 0);
         assert_eq!(store.len(), 1);
+    }
+
+    #[test]
+    fn the_journal_names_what_changed_since_a_mark() {
+        let mut store = Store::from_objects([slice("a-1", "a")]);
+        let mark = store.mark();
+        assert_eq!(store.changes_since(mark).unwrap().count(), 0);
+        store.upsert(slice("a-1", "b"));
+        store.delete(Kind::EndpointSlice, &Key::new("ns", "a-1"));
+        let services: Vec<Option<Key>> = store
+            .changes_since(mark)
+            .unwrap()
+            .map(|c| c.service.clone())
+            .collect();
+        let (a, b) = (Key::new("ns", "a"), Key::new("ns", "b"));
+        assert_eq!(services, [Some(a), Some(b.clone()), Some(b)]);
+        // A copy shares the history; another store does not.
+        assert!(store.clone().changes_since(mark).is_some());
+        assert!(Store::new().changes_since(mark).is_none());
+        // Further back than the journal reaches is unknown.
+        for _ in 0..JOURNAL_LEN {
+            store.upsert(slice("a-2", "a"));
+        }
+        assert!(store.changes_since(mark).is_none());
+        assert_eq!(store.changes_since(store.mark()).unwrap().count(), 0);
     }
 }

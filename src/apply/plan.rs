@@ -8,9 +8,10 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{CrtListEntry, MapEntry, Model, ServerSlot, Tls};
+use crate::model::{CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
 use crate::render::{
     CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
@@ -122,6 +123,10 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         else {
             continue;
         };
+        if ob.servers == nb.servers {
+            continue;
+        }
+        let ob = Arc::make_mut(ob);
         for (os, ns) in ob.servers.iter_mut().zip(&nb.servers) {
             if os == ns {
                 continue;
@@ -168,10 +173,11 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             })
             .collect()
     };
-    model.maps.exact = merge(&old.model.maps.exact, &new.model.maps.exact);
-    model.maps.prefix = merge(&old.model.maps.prefix, &new.model.maps.prefix);
+    let route_maps = Arc::make_mut(&mut model.maps);
+    route_maps.exact = merge(&old.model.maps.exact, &new.model.maps.exact);
+    route_maps.prefix = merge(&old.model.maps.prefix, &new.model.maps.prefix);
     // ssl-passthrough: only to TCP backends the running HAProxy has.
-    model.maps.sni = {
+    route_maps.sni = {
         let mut out: BTreeMap<&str, &str> = BTreeMap::new();
         for e in &new.model.maps.sni {
             if old.model.tcp_backends.iter().any(|b| b.name == e.value) {
@@ -187,12 +193,12 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             })
             .collect()
     };
-    if old.model.maps.sni.is_empty() != model.maps.sni.is_empty() {
+    if old.model.maps.sni.is_empty() != route_maps.sni.is_empty() {
         // The passthrough frontend exists or not: that is structural.
-        model.maps.sni = old.model.maps.sni.clone();
+        route_maps.sni = old.model.maps.sni.clone();
     }
     let codes = &old.model.redirect_codes;
-    model.maps.ssl_redirect = new
+    route_maps.ssl_redirect = new
         .model
         .maps
         .ssl_redirect
@@ -327,23 +333,20 @@ fn same_precedence(actual: &[&CrtListEntry], wanted: &[CrtListEntry]) -> bool {
 fn blank_runtime_parts(model: &Model) -> Model {
     let mut m = model.clone();
     for b in m.backends.iter_mut().chain(m.tcp_backends.iter_mut()) {
-        for s in &mut b.servers {
+        for s in &mut Arc::make_mut(b).servers {
             s.address = None;
             s.port = 1;
         }
     }
-    m.maps.exact.clear();
-    m.maps.prefix.clear();
-    m.maps.ssl_redirect.clear();
     // Whether the passthrough frontend exists is structural; which names it passes is not.
-    let had_sni = !m.maps.sni.is_empty();
-    m.maps.sni.clear();
-    if had_sni {
-        m.maps.sni.push(MapEntry {
+    let mut maps = RouteMaps::default();
+    if !m.maps.sni.is_empty() {
+        maps.sni.push(MapEntry {
             key: "placeholder".to_string(),
             value: "placeholder".to_string(),
         });
     }
+    m.maps = Arc::new(maps);
     // Whether an HTTPS frontend exists is structural; which certificates it serves is not.
     let had_tls = m.tls.enabled();
     m.tls.pem_files.clear();

@@ -340,8 +340,9 @@ mod tests {
         let base = pipeline.run(&store).unwrap().model;
         assert!(base.backends.len() >= 30);
         let mut moved = base.clone();
-        moved.backends[3].servers[0].address = Some("10.9.9.9".to_string());
-        moved.backends[3].servers[0].port = 9999;
+        let slot = &mut std::sync::Arc::make_mut(&mut moved.backends[3]).servers[0];
+        slot.address = Some("10.9.9.9".to_string());
+        slot.port = 9999;
         let mut renamed = moved.clone();
         renamed.version = "other".to_string();
         let fresh = |m: &Model| {

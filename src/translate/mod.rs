@@ -781,9 +781,10 @@ impl Translator<'_> {
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
-            backends.push(self.backend(name, build));
+            backends.push(Arc::new(self.backend(name, build)));
         }
         for b in &mut backends {
+            let b = Arc::make_mut(b);
             let service = ObjectRef::new(Kind::Service, &Key::new(&b.namespace, &b.service));
             tls_edge::resolve_server_tls(
                 &mut b.settings,
@@ -832,7 +833,7 @@ impl Translator<'_> {
         });
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
-            tcp_backends.push(self.backend(name, build));
+            tcp_backends.push(Arc::new(self.backend(name, build)));
         }
 
         // The default certificate (if any) comes first. The rest are in Ingress age order
@@ -862,7 +863,7 @@ impl Translator<'_> {
             listen: self.config.listen.clone(),
             runtime_socket: self.config.runtime_socket.clone(),
             global,
-            maps,
+            maps: Arc::new(maps),
             frontend_rules: crate::model::FrontendRules {
                 captures: std::mem::take(&mut self.captures),
                 canaries,
