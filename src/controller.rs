@@ -100,6 +100,8 @@ enum Source {
         dir: PathBuf,
         /// Files whose content did not change are not parsed again.
         cache: Arc<files::ParseCache>,
+        /// The objects of the last read, kept so that the store's journal names what changed.
+        store: Arc<std::sync::Mutex<Store>>,
         _watch: watch::DirWatch,
     },
     Cluster(crate::cluster::Cluster),
@@ -109,7 +111,9 @@ impl Source {
     /// What the pipeline runs on: a directory to read, or a copy of the cluster store.
     fn input(&self) -> SourceInput {
         match self {
-            Source::Files { dir, cache, .. } => SourceInput::Files(dir.clone(), cache.clone()),
+            Source::Files {
+                dir, cache, store, ..
+            } => SourceInput::Files(dir.clone(), cache.clone(), store.clone()),
             Source::Cluster(c) => {
                 let (store, diagnostics) = c.state.snapshot();
                 SourceInput::Store(Box::new(store), diagnostics)
@@ -119,7 +123,11 @@ impl Source {
 }
 
 enum SourceInput {
-    Files(PathBuf, Arc<files::ParseCache>),
+    Files(
+        PathBuf,
+        Arc<files::ParseCache>,
+        Arc<std::sync::Mutex<Store>>,
+    ),
     Store(Box<Store>, Vec<crate::diagnostics::Diagnostic>),
 }
 
@@ -262,6 +270,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             Source::Files {
                 dir: dir.clone(),
                 cache: Arc::default(),
+                store: Arc::default(),
                 _watch: watch,
             }
         }
@@ -336,7 +345,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
                             break Err(e);
                         }
-                        if let Source::Cluster(c) = &source {
+                        if let (Source::Cluster(c), Some(store)) = (&source, store) {
                             c.publish(store, diagnostics);
                         }
                     }
@@ -442,23 +451,27 @@ async fn compute(
     input: SourceInput,
     pipeline: &Arc<Pipeline>,
     inputs: RunInputs,
-) -> Result<(Output, Arc<Store>), String> {
+) -> Result<(Output, Option<Arc<Store>>), String> {
     let p = pipeline.clone();
-    tokio::task::spawn_blocking(move || {
-        let (store, mut diagnostics) = match input {
-            SourceInput::Files(dir, cache) => {
-                let loaded = files::load_dir_cached(&dir, &cache).map_err(|e| e.to_string())?;
-                (
-                    Store::from_objects(loaded.objects),
-                    loaded.diagnostics.into_sorted(),
-                )
-            }
-            SourceInput::Store(store, diagnostics) => (*store, diagnostics),
-        };
-        let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
-        diagnostics.append(&mut output.diagnostics);
-        output.diagnostics = diagnostics;
-        Ok((output, Arc::new(store)))
+    tokio::task::spawn_blocking(move || match input {
+        SourceInput::Files(dir, cache, store) => {
+            let loaded = files::load_dir_cached(&dir, &cache).map_err(|e| e.to_string())?;
+            let mut store = store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            store.sync_to(loaded.objects);
+            let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
+            let mut diagnostics = loaded.diagnostics.into_sorted();
+            diagnostics.append(&mut output.diagnostics);
+            output.diagnostics = diagnostics;
+            Ok((output, None))
+        }
+        SourceInput::Store(store, mut diagnostics) => {
+            let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
+            diagnostics.append(&mut output.diagnostics);
+            output.diagnostics = diagnostics;
+            Ok((output, Some(Arc::new(*store))))
+        }
     })
     .await
     .map_err(|e| format!("pipeline task: {e}"))?
@@ -595,8 +608,9 @@ fn without_refused_certificates(
     let mut model = output.model.clone();
     let mut diagnostics = output.diagnostics.clone();
     for (path, message) in &refused {
-        model.tls.pem_files.retain(|p| &p.path != path);
-        model.tls.crt_list.retain(|e| &e.path != path);
+        let tls = std::sync::Arc::make_mut(&mut model.tls);
+        tls.pem_files.retain(|p| &p.path != path);
+        tls.crt_list.retain(|e| &e.path != path);
         let secret = crate::translate::tls::secret_of_path(path)
             .unwrap_or_else(|| crate::objects::Key::new("", path.clone()));
         diagnostics.push(crate::diagnostics::Diagnostic {

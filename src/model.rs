@@ -31,7 +31,7 @@ pub struct Model {
     /// Where requests that match no route go.
     pub default_backend: DefaultBackend,
     /// TLS certificates served by SNI; empty means no HTTPS frontend.
-    pub tls: Tls,
+    pub tls: Arc<Tls>,
     /// The `peers localinstance` section; `None` when this controller's identity is unknown.
     pub peers: Option<Peers>,
     /// TCP frontends from TCP custom resources, oldest object first.

@@ -31,6 +31,18 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 8] = [
+        Kind::Ingress,
+        Kind::IngressClass,
+        Kind::Service,
+        Kind::EndpointSlice,
+        Kind::Secret,
+        Kind::ConfigMap,
+        Kind::Pod,
+        Kind::Tcp,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Ingress => "Ingress",

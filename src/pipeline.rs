@@ -1,13 +1,16 @@
 //! The pipeline: store → translate (+ policy) → model → render, as one call.
 
+use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::diagnostics::Diagnostic;
-use crate::model::Model;
+use crate::model::{Backend, Model};
+use crate::objects::Kind;
 use crate::policy::{PolicyEngine, PolicyError};
 use crate::render::{RenderError, RenderedConfig, Renderer};
-use crate::store::Store;
-use crate::translate::{self, RunInputs, TranslateConfig};
+use crate::store::{Mark, Store};
+use crate::translate::{self, Reuse, RunInputs, TranslateConfig};
 
 /// Compiled scripts and templates plus the translation settings.
 #[derive(Debug)]
@@ -15,6 +18,17 @@ pub struct Pipeline {
     pub policy: PolicyEngine,
     pub renderer: Renderer,
     pub config: TranslateConfig,
+    /// The last run, so that the next one can redo only what changed since.
+    last: Mutex<Option<LastRun>>,
+    /// Runs that redid only the backends of changed endpoints.
+    endpoint_runs: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Debug)]
+struct LastRun {
+    mark: Mark,
+    output: Output,
+    reuse: Reuse,
 }
 
 /// Loading scripts or templates failed; every problem is listed.
@@ -35,7 +49,7 @@ fn join<E: std::fmt::Display>(errors: &[E]) -> String {
 }
 
 /// One pipeline run's result.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Output {
     pub model: Model,
     pub rendered: RenderedConfig,
@@ -56,6 +70,8 @@ impl Pipeline {
             policy,
             renderer,
             config,
+            last: Mutex::new(None),
+            endpoint_runs: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -64,14 +80,116 @@ impl Pipeline {
         self.run_with(store, &RunInputs::default())
     }
 
+    /// How many runs redid only the backends of changed endpoints (see [`Pipeline::run_with`]).
+    pub fn endpoint_only_runs(&self) -> u64 {
+        self.endpoint_runs
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Translates and renders a snapshot, with the time and the certificates in force.
+    ///
+    /// When every change since the previous run on this store is an EndpointSlice, and the
+    /// time and certificates in force leave that run's output as it was (see
+    /// [`Reuse::holds_for`]), only the backends of the Services whose endpoints changed are
+    /// redone, and only their sections rendered again. The output is the same either way:
+    /// `tests/memo.rs` compares it with fresh pipelines.
     pub fn run_with(&self, store: &Store, inputs: &RunInputs) -> Result<Output, RenderError> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(previous) = last.as_mut() {
+            if let Some(output) = self.after_endpoint_changes(previous, store, inputs)? {
+                previous.mark = store.mark();
+                previous.output = output.clone();
+                self.endpoint_runs
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(output);
+            }
+        }
         let translation = translate::translate(store, &self.config, &self.policy, inputs);
-        let rendered = self.renderer.render(&translation.model)?;
-        Ok(Output {
-            model: translation.model,
+        let mut model = translation.model;
+        if let Some(previous) = last.as_ref() {
+            share_unchanged_backends(&mut model, &previous.output.model);
+        }
+        let rendered = self.renderer.render(&model)?;
+        let output = Output {
+            model,
             rendered,
             diagnostics: translation.diagnostics.into_sorted(),
-        })
+        };
+        *last = Some(LastRun {
+            mark: store.mark(),
+            output: output.clone(),
+            reuse: translation.reuse,
+        });
+        Ok(output)
     }
+
+    /// The output after changes that are all EndpointSlices: the previous one with the
+    /// servers of the affected backends redone. `None` when the changes are not all endpoint
+    /// changes, or are unknown, or the previous run's output does not hold for `inputs`.
+    fn after_endpoint_changes(
+        &self,
+        previous: &LastRun,
+        store: &Store,
+        inputs: &RunInputs,
+    ) -> Result<Option<Output>, RenderError> {
+        if !previous.reuse.holds_for(inputs) {
+            return Ok(None);
+        }
+        let Some(changes) = store.changes_since(previous.mark) else {
+            return Ok(None);
+        };
+        let mut services = BTreeSet::new();
+        for change in changes {
+            if change.kind != Kind::EndpointSlice {
+                return Ok(None);
+            }
+            services.extend(change.service.as_ref());
+        }
+        let mut model = previous.output.model.clone();
+        for service in services {
+            let users = previous.reuse.endpoint_users.get(service);
+            for (name, port) in users.into_iter().flatten() {
+                for list in [&mut model.backends, &mut model.tcp_backends] {
+                    let Ok(i) = list.binary_search_by(|b| b.name.as_str().cmp(name)) else {
+                        continue;
+                    };
+                    let servers =
+                        translate::servers(store, service, port, list[i].settings.slots_block);
+                    if servers != list[i].servers {
+                        Arc::make_mut(&mut list[i]).servers = servers;
+                    }
+                }
+            }
+        }
+        let previous_output = &previous.output;
+        let rendered = match self.renderer.render_patched(
+            &previous_output.model,
+            &previous_output.rendered,
+            &model,
+        )? {
+            Some(rendered) => rendered,
+            None => self.renderer.render(&model)?,
+        };
+        Ok(Some(Output {
+            model,
+            rendered,
+            diagnostics: previous_output.diagnostics.clone(),
+        }))
+    }
+}
+
+/// Makes every backend of `model` that equals the one of the same name in `previous` that one
+/// (shared), so that what compares or fingerprints backends later finds them unchanged at once.
+fn share_unchanged_backends(model: &mut Model, previous: &Model) {
+    fn share(list: &mut [Arc<Backend>], previous: &[Arc<Backend>]) {
+        for b in list {
+            if let Ok(i) = previous.binary_search_by(|p| p.name.cmp(&b.name)) {
+                if previous[i] == *b {
+                    *b = previous[i].clone();
+                }
+            }
+        }
+    }
+    share(&mut model.backends, &previous.backends);
+    share(&mut model.tcp_backends, &previous.tcp_backends);
 }

@@ -163,6 +163,65 @@ impl Store {
         }
     }
 
+    /// Makes the store hold exactly `objects` (unique by kind and key), changing only what
+    /// differs: an object equal to the one held is left alone, so the journal names only what
+    /// changed (a manifest file rewritten with one object changed changes one object).
+    pub fn sync_to(&mut self, objects: Vec<Object>) {
+        let mut wanted: BTreeMap<Kind, BTreeSet<Key>> = BTreeMap::new();
+        for object in objects {
+            let (kind, key) = (object.kind(), object.key());
+            if !self.holds(&object, &key) {
+                self.upsert(object);
+            }
+            wanted.entry(kind).or_default().insert(key);
+        }
+        let none = BTreeSet::new();
+        let mut gone = Vec::new();
+        for kind in Kind::ALL {
+            let keep = wanted.get(&kind).unwrap_or(&none);
+            gone.extend(
+                self.keys(kind)
+                    .filter(|k| !keep.contains(*k))
+                    .map(|k| (kind, k.clone())),
+            );
+        }
+        for (kind, key) in gone {
+            self.delete(kind, &key);
+        }
+    }
+
+    /// Whether `object` is (equal to) the one held under `key`.
+    fn holds(&self, object: &Object, key: &Key) -> bool {
+        fn same<T: PartialEq>(map: &BTreeMap<Key, Arc<T>>, key: &Key, o: &Arc<T>) -> bool {
+            map.get(key)
+                .is_some_and(|held| Arc::ptr_eq(held, o) || **held == **o)
+        }
+        match object {
+            Object::Ingress(o) => same(&self.ingresses, key, o),
+            Object::IngressClass(o) => same(&self.ingress_classes, key, o),
+            Object::Service(o) => same(&self.services, key, o),
+            Object::EndpointSlice(o) => same(&self.endpoint_slices, key, o),
+            Object::Secret(o) => same(&self.secrets, key, o),
+            Object::ConfigMap(o) => same(&self.config_maps, key, o),
+            Object::Pod(o) => same(&self.pods, key, o),
+            Object::Tcp(o) => same(&self.tcps, key, o),
+        }
+    }
+
+    /// The keys held of one kind.
+    fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = &Key> + '_> {
+        match kind {
+            Kind::Ingress => Box::new(self.ingresses.keys()),
+            Kind::IngressClass => Box::new(self.ingress_classes.keys()),
+            Kind::Service => Box::new(self.services.keys()),
+            Kind::EndpointSlice => Box::new(self.endpoint_slices.keys()),
+            Kind::Secret => Box::new(self.secrets.keys()),
+            Kind::ConfigMap => Box::new(self.config_maps.keys()),
+            Kind::Pod => Box::new(self.pods.keys()),
+            Kind::Tcp => Box::new(self.tcps.keys()),
+        }
+    }
+
     /// Removes an object; removing one that is not there is not an error.
     pub fn delete(&mut self, kind: Kind, key: &Key) {
         let service = (kind == Kind::EndpointSlice)
@@ -346,5 +405,26 @@ mod tests {
         }
         assert!(store.changes_since(mark).is_none());
         assert_eq!(store.changes_since(store.mark()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn syncing_changes_only_what_differs() {
+        let a1 = slice("a-1", "a");
+        let mut store = Store::from_objects([a1.clone(), slice("a-2", "a")]);
+        let mark = store.mark();
+        store.sync_to(vec![a1.clone(), slice("a-3", "a")]);
+        let changed: Vec<String> = store
+            .changes_since(mark)
+            .unwrap()
+            .map(|c| c.key.name.clone())
+            .collect();
+        assert_eq!(changed, ["a-3", "a-2"]);
+        assert_eq!(store.len(), 2);
+        let mark = store.mark();
+        store.sync_to(vec![a1, slice("a-3", "a")]);
+        // The same content parsed again is left alone.
+        assert_eq!(store.changes_since(mark).unwrap().count(), 0);
+        store.sync_to(vec![slice("a-3", "b")]);
+        assert_eq!(store.changes_since(mark).unwrap().count(), 3);
     }
 }

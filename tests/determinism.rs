@@ -257,7 +257,7 @@ proptest! {
             let other = replayed.files().get(name);
             prop_assert!(other == Some(bytes), "{} differs:\n{}\n---\n{}", name,
                 String::from_utf8_lossy(bytes),
-                String::from_utf8_lossy(other.map(Vec::as_slice).unwrap_or_default()));
+                String::from_utf8_lossy(other.map(|b| &b[..]).unwrap_or_default()));
         }
         prop_assert_eq!(baseline.files().len(), replayed.files().len());
         prop_assert_eq!(baseline_diags, replayed_diags);

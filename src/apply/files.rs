@@ -62,11 +62,11 @@ pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<Strin
         crate::render::CRT_LIST => 1,
         _ => 0,
     };
-    let mut ordered: Vec<(&String, &Vec<u8>)> = config.files().iter().collect();
+    let mut ordered: Vec<(&String, &std::sync::Arc<[u8]>)> = config.files().iter().collect();
     ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
     for (name, bytes) in ordered {
         let path = dir.join(name);
-        if std::fs::read(&path).is_ok_and(|old| old == *bytes) {
+        if std::fs::read(&path).is_ok_and(|old| *old == **bytes) {
             continue;
         }
         let err = |source| FilesError::Write {

@@ -183,7 +183,7 @@ impl Applier {
         self.loaded = Some(new.rendered.clone());
         let mut running = new;
         if let Some(tls) = plan.running_tls {
-            running.model.tls = tls;
+            running.model.tls = std::sync::Arc::new(tls);
         }
         // Certificates HAProxy let go of (`del ssl cert`) and files of intermediate contents.
         self.remove_unreferenced(&running);

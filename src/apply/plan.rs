@@ -86,7 +86,7 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
     maps(old, new, &mut plan);
     let tls = with_running_names(&old.model.tls, &new.model.tls);
     certificates(&old.model.tls, &tls, &mut plan);
-    if tls != new.model.tls {
+    if tls != *new.model.tls {
         plan.running_tls = Some(tls);
     }
     // Every command must be expressible; if one is not, the change goes through a reload.
@@ -221,13 +221,13 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             // Only the certificates changed at run time; the bind options and the files
             // HAProxy reads when it loads are still the old ones.
             let old_tls = &old.model.tls;
-            model.tls = crate::model::Tls {
+            model.tls = Arc::new(crate::model::Tls {
                 alpn: old_tls.alpn.clone(),
                 strict_sni: old_tls.strict_sni,
                 client_auth: old_tls.client_auth.clone(),
                 static_files: old_tls.static_files.clone(),
                 ..tls
-            };
+            });
         }
     }
     plan.commands.retain(|c| c.to_wire().is_ok());
@@ -349,9 +349,10 @@ fn blank_runtime_parts(model: &Model) -> Model {
     m.maps = Arc::new(maps);
     // Whether an HTTPS frontend exists is structural; which certificates it serves is not.
     let had_tls = m.tls.enabled();
-    m.tls.pem_files.clear();
-    m.tls.crt_list.truncate(usize::from(had_tls));
-    for entry in &mut m.tls.crt_list {
+    let tls = Arc::make_mut(&mut m.tls);
+    tls.pem_files.clear();
+    tls.crt_list.truncate(usize::from(had_tls));
+    for entry in &mut tls.crt_list {
         entry.path = "certs/placeholder.pem".to_string();
         entry.sni.clear();
     }

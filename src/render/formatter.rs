@@ -15,6 +15,10 @@ fn forbidden_in_token(c: char) -> bool {
 
 /// The formatter installed in the environment.
 pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
+    // A backend section prints as its mark, replaced by the text once the render is done.
+    if let Some(section) = value.downcast_object_ref::<super::fragments::Section>() {
+        return out.write_str(&section.mark).map_err(write_error);
+    }
     let text = match value.kind() {
         ValueKind::Undefined | ValueKind::None => {
             return Err(error("cannot print an undefined or none value"));

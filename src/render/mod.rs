@@ -11,6 +11,7 @@ mod fragments;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::Arc;
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -75,10 +76,12 @@ const FILES: Files = Files {
     sni_map: SNI_MAP,
 };
 
-/// The rendered configuration: every file, by path relative to the config directory.
+/// The rendered configuration: every file, by path relative to the config directory. The
+/// contents are shared: copies of a configuration, and configurations that differ in a few
+/// files, do not copy the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedConfig {
-    files: BTreeMap<String, Vec<u8>>,
+    files: BTreeMap<String, Arc<[u8]>>,
 }
 
 impl RenderedConfig {
@@ -89,7 +92,7 @@ impl RenderedConfig {
             .unwrap_or_default()
     }
 
-    pub fn files(&self) -> &BTreeMap<String, Vec<u8>> {
+    pub fn files(&self) -> &BTreeMap<String, Arc<[u8]>> {
         &self.files
     }
 
@@ -98,7 +101,7 @@ impl RenderedConfig {
         Self {
             files: files
                 .into_iter()
-                .map(|(n, c)| (n.to_string(), c.as_bytes().to_vec()))
+                .map(|(n, c)| (n.to_string(), Arc::from(c.as_bytes())))
                 .collect(),
         }
     }
@@ -134,6 +137,8 @@ pub struct Renderer {
     last_config: std::sync::Mutex<Option<(u128, String)>>,
     /// Backend sections rendered by `backend_section` (see [`fragments`]).
     fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
+    /// Where the sections sit in the last renderings, for [`Renderer::render_patched`].
+    layouts: std::sync::Mutex<std::collections::VecDeque<fragments::Layout>>,
 }
 
 impl Renderer {
@@ -180,6 +185,7 @@ impl Renderer {
                 templates: files,
                 last_config: std::sync::Mutex::new(None),
                 fragments,
+                layouts: std::sync::Mutex::default(),
             })
         } else {
             Err(errors)
@@ -211,55 +217,104 @@ impl Renderer {
         Ok(cfg)
     }
 
+    /// An error of minijinja as a render error naming the template file and line.
+    fn render_error(&self, e: &minijinja::Error) -> RenderError {
+        // An error inside an included template is wrapped by the including one: report the
+        // innermost, which names the file and line that failed.
+        let mut e = e;
+        while let Some(inner) =
+            std::error::Error::source(e).and_then(|s| s.downcast_ref::<minijinja::Error>())
+        {
+            e = inner;
+        }
+        let name = e.name().unwrap_or(ENTRY_TEMPLATE).to_string();
+        let file = self
+            .templates
+            .iter()
+            .find(|t| t.name == name)
+            .map_or(name, |t| t.display_name("templates"));
+        RenderError::TemplateRender {
+            file,
+            line: e.line().unwrap_or(0),
+            message: e.detail().map_or_else(|| e.to_string(), str::to_string),
+        }
+    }
+
+    fn remember_layout(&self, layout: fragments::Layout) {
+        if let Ok(mut layouts) = self.layouts.lock() {
+            // The planner's blanked render comes between two real ones.
+            if layouts.len() == 3 {
+                layouts.pop_front();
+            }
+            layouts.push_back(layout);
+        }
+    }
+
+    /// The files for `model`, made from `previous_rendered` (this renderer's rendering of
+    /// `previous`) by rendering again only the backend sections that differ, when `model`
+    /// differs from `previous` only inside backends and the templates allow it (see
+    /// [`fragments`]). `None` when they do not: render in full then. The result is what
+    /// [`Renderer::render`] gives for `model`.
+    pub fn render_patched(
+        &self,
+        previous: &Model,
+        previous_rendered: &RenderedConfig,
+        model: &Model,
+    ) -> Result<Option<RenderedConfig>, RenderError> {
+        let Some(cfg) = previous_rendered.files.get(CONFIG_FILE) else {
+            return Ok(None);
+        };
+        let layout = self
+            .layouts
+            .lock()
+            .ok()
+            .and_then(|layouts| layouts.iter().find(|l| Arc::ptr_eq(&l.cfg, cfg)).cloned());
+        let Some(layout) = layout else {
+            return Ok(None);
+        };
+        let patched = fragments::patch(&self.env, &self.fragments, &layout, previous, model)
+            .map_err(|e| self.render_error(&e))?;
+        let Some(layout) = patched else {
+            return Ok(None);
+        };
+        let mut files = previous_rendered.files.clone();
+        files.insert(CONFIG_FILE.to_string(), layout.cfg.clone());
+        self.remember_layout(layout);
+        Ok(Some(RenderedConfig { files }))
+    }
+
     /// Renders every file. The same model always gives the same bytes.
     pub fn render(&self, model: &Model) -> Result<RenderedConfig, RenderError> {
-        let render_error = |e: minijinja::Error| {
-            // An error inside an included template is wrapped by the including one: report
-            // the innermost, which names the file and line that failed.
-            let mut e = &e;
-            while let Some(inner) =
-                std::error::Error::source(e).and_then(|s| s.downcast_ref::<minijinja::Error>())
-            {
-                e = inner;
-            }
-            let name = e.name().unwrap_or(ENTRY_TEMPLATE).to_string();
-            let file = self
-                .templates
-                .iter()
-                .find(|t| t.name == name)
-                .map_or(name, |t| t.display_name("templates"));
-            RenderError::TemplateRender {
-                file,
-                line: e.line().unwrap_or(0),
-                message: e.detail().map_or_else(|| e.to_string(), str::to_string),
-            }
-        };
         let template = self
             .env
             .get_template(ENTRY_TEMPLATE)
-            .map_err(render_error)?;
-        fragments::begin_render(&self.fragments, model);
-        let ctx = minijinja::context! {
-            model => minijinja::Value::from(minijinja::value::Serde(model)),
-            files => minijinja::Value::from(minijinja::value::Serde(FILES)),
-        };
-        let mut cfg = template.render(ctx).map_err(render_error)?;
-        if !cfg.ends_with('\n') {
-            cfg.push('\n');
+            .map_err(|e| self.render_error(&e))?;
+        let files_value = fragments::to_value(&FILES);
+        let (ctx, scope) = fragments::begin_render(&self.fragments, model, files_value);
+        let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
+        let (cfg, layout) = fragments::finish_render(&raw, &scope, &ctx).map_err(|message| {
+            RenderError::TemplateRender {
+                file: ENTRY_TEMPLATE.to_string(),
+                line: 0,
+                message: message.to_string(),
+            }
+        })?;
+        if let Some(layout) = layout {
+            self.remember_layout(layout);
         }
-        let mut files = BTreeMap::new();
-        files.insert(CONFIG_FILE.to_string(), cfg.into_bytes());
+        let mut files: BTreeMap<String, Arc<[u8]>> = BTreeMap::new();
+        files.insert(CONFIG_FILE.to_string(), cfg);
         files.insert(
             EXACT_MAP.to_string(),
-            map_file(EXACT_MAP, &model.maps.exact)?,
+            map_file(EXACT_MAP, &model.maps.exact)?.into(),
         );
         files.insert(
             PREFIX_MAP.to_string(),
-            map_file(PREFIX_MAP, &model.maps.prefix)?,
+            map_file(PREFIX_MAP, &model.maps.prefix)?.into(),
         );
         files.insert(
             SSL_REDIRECT_MAP.to_string(),
-            map_file(SSL_REDIRECT_MAP, &model.maps.ssl_redirect)?,
+            map_file(SSL_REDIRECT_MAP, &model.maps.ssl_redirect)?.into(),
         );
         if model.tls.enabled() {
             let mut list = String::new();
@@ -273,22 +328,25 @@ impl Renderer {
                 list.push_str(&line);
                 list.push('\n');
             }
-            files.insert(CRT_LIST.to_string(), list.into_bytes());
+            files.insert(CRT_LIST.to_string(), list.into_bytes().into());
         }
         if !model.maps.sni.is_empty() {
-            files.insert(SNI_MAP.to_string(), map_file(SNI_MAP, &model.maps.sni)?);
+            files.insert(
+                SNI_MAP.to_string(),
+                map_file(SNI_MAP, &model.maps.sni)?.into(),
+            );
         }
         // CA bundles and client certificates haproxy.cfg names directly.
         for pem in &model.tls.static_files {
-            files.insert(pem.path.clone(), pem.content.clone().into_bytes());
+            files.insert(pem.path.clone(), pem.content.as_bytes().into());
         }
         // Certificates named by the crt-list or directly by TCP binds.
         for pem in &model.tls.pem_files {
-            files.insert(pem.path.clone(), pem.content.clone().into_bytes());
+            files.insert(pem.path.clone(), pem.content.as_bytes().into());
         }
         // Error pages (`errorfile` in defaults).
         for page in &model.errorfiles {
-            files.insert(page.path.clone(), page.content.clone().into_bytes());
+            files.insert(page.path.clone(), page.content.as_bytes().into());
         }
         Ok(RenderedConfig { files })
     }
@@ -357,6 +415,73 @@ mod tests {
             );
         }
         assert!(fresh(&moved).contains("10.9.9.9:9999"));
+    }
+
+    /// A patched configuration is the full rendering; a template that reads backends (but
+    /// their names) outside `backend_section` gets full renderings. (Using a section other
+    /// than by printing it makes a plain string, which the output guard refuses anyway.)
+    #[test]
+    fn patched_configurations_are_full_renderings_or_none() {
+        let config = crate::translate::TranslateConfig {
+            watch_ingress_without_class: true,
+            ..crate::translate::TranslateConfig::default()
+        };
+        let pipeline = crate::pipeline::Pipeline::load(None, None, config).unwrap();
+        let cluster = crate::synth::generate(&crate::synth::SynthConfig::new(5, 30, 3)).unwrap();
+        let store = crate::store::Store::from_objects(cluster.objects);
+        let base = pipeline.run(&store).unwrap().model;
+        let mut moved = base.clone();
+        let slot = &mut std::sync::Arc::make_mut(&mut moved.backends[3]).servers[0];
+        slot.address = Some("10.9.9.9".to_string());
+        let entry = |body: &str| {
+            let site = tempfile::tempdir().unwrap();
+            std::fs::write(
+                site.path().join(ENTRY_TEMPLATE),
+                format!("{body}\n{{% include \"parts/default-backend.j2\" %}}\n"),
+            )
+            .unwrap();
+            Renderer::load(Some(site.path())).unwrap()
+        };
+        let sections = "{% for b in model.backends %}{{ backend_section(b) }}{% endfor %}";
+        let cases = [
+            (pipeline.renderer.templates().to_vec(), true),
+            (entry(sections).templates().to_vec(), true),
+            (
+                entry(&format!(
+                    "# {{{{ model.backends[0].servers|length }}}}\n{sections}"
+                ))
+                .templates()
+                .to_vec(),
+                false,
+            ),
+            (
+                entry(&format!("# {{{{ model.backends[0].name }}}}\n{sections}"))
+                    .templates()
+                    .to_vec(),
+                true,
+            ),
+        ];
+        for (templates, patchable) in cases {
+            let renderer = Renderer::compile(templates).unwrap();
+            let before = renderer.render(&base).unwrap();
+            let patched = renderer.render_patched(&base, &before, &moved).unwrap();
+            assert_eq!(patched.is_some(), patchable);
+            if let Some(patched) = patched {
+                assert_eq!(patched, renderer.render(&moved).unwrap());
+                assert!(patched.haproxy_cfg().contains("10.9.9.9"));
+            }
+        }
+        // Not a backend change alone: no patch.
+        let renderer = &pipeline.renderer;
+        let before = renderer.render(&base).unwrap();
+        let mut renamed = moved.clone();
+        renamed.version = "other".to_string();
+        assert!(
+            renderer
+                .render_patched(&base, &before, &renamed)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

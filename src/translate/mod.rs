@@ -100,6 +100,55 @@ pub struct RunInputs {
 pub struct Translation {
     pub model: Model,
     pub diagnostics: Diagnostics,
+    /// What a later run needs to redo only the backends whose endpoints changed.
+    pub reuse: Reuse,
+}
+
+/// How far a translation stays valid besides its store: which backends follow which Service's
+/// endpoints, until when its time-dependent messages hold, and which previous certificates it
+/// read.
+#[derive(Debug, Clone, Default)]
+pub struct Reuse {
+    /// Service → the backends (name, port) whose servers are its endpoints.
+    pub endpoint_users: BTreeMap<Key, Vec<(String, ResolvedPort)>>,
+    /// Whether the run knew the time, and the first second at which a certificate expiry
+    /// message would read differently.
+    pub knew_time: bool,
+    pub stable_until: Option<i64>,
+    /// The previous certificates the run consulted (for invalid Secrets), as they were.
+    pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
+}
+
+impl Reuse {
+    /// Whether a run with `inputs` would say and use exactly what this one did, store aside.
+    pub fn holds_for(&self, inputs: &RunInputs) -> bool {
+        let time_holds = match (inputs.now_unix, self.stable_until) {
+            (Some(now), Some(until)) => self.knew_time && now < until,
+            (now, None) => now.is_some() == self.knew_time,
+            (None, Some(_)) => false,
+        };
+        time_holds
+            && self
+                .previous_read
+                .iter()
+                .all(|(key, pem)| inputs.previous_certificates.get(key) == pem.as_ref())
+    }
+}
+
+/// The first second at which the expiry message of a certificate ending at `end` reads
+/// differently than at `now` (see [`Translator::certificate`]).
+fn expiry_message_stable_until(end: i64, now: i64) -> Option<i64> {
+    const DAY: i64 = 86_400;
+    let remaining = end - now;
+    if remaining <= 0 {
+        None
+    } else if remaining >= 14 * DAY {
+        Some(end - 14 * DAY + 1)
+    } else if remaining < DAY {
+        Some(end)
+    } else {
+        Some(end - (remaining / DAY) * DAY + 1)
+    }
 }
 
 /// A backend being assembled: the Service port and who refers to it.
@@ -138,6 +187,10 @@ pub fn translate(
         userlists: auth::Userlists::default(),
         passthrough: Vec::new(),
         static_files: BTreeMap::new(),
+        reuse: Reuse {
+            knew_time: inputs.now_unix.is_some(),
+            ..Reuse::default()
+        },
     };
     t.load_config_map();
     policy.begin_run();
@@ -226,9 +279,10 @@ struct Translator<'a> {
     passthrough: Vec<tls_edge::PassthroughClaim>,
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
     static_files: BTreeMap<String, String>,
+    reuse: Reuse,
 }
 
-impl Translator<'_> {
+impl<'a> Translator<'a> {
     fn load_config_map(&mut self) {
         let Some(key) = &self.config.config_map else {
             return;
@@ -647,6 +701,15 @@ impl Translator<'_> {
         }
     }
 
+    /// The certificate in force for Secret `key`, noted as read (see [`Reuse`]).
+    fn previous_certificate(&mut self, key: &Key) -> Option<&'a crate::model::PemFile> {
+        let previous = self.inputs.previous_certificates.get(key);
+        self.reuse
+            .previous_read
+            .push((key.clone(), previous.cloned()));
+        previous
+    }
+
     /// Writes (once) the PEM file for a TLS Secret and returns its path.
     fn certificate(&mut self, key: &Key) -> Result<String, String> {
         let secret = self
@@ -656,7 +719,7 @@ impl Translator<'_> {
         let pem = match tls::pem_file(key, secret) {
             Ok(pem) => pem,
             // An invalid update of a Secret whose certificate is in force: keep that one.
-            Err(e) => match self.inputs.previous_certificates.get(key) {
+            Err(e) => match self.previous_certificate(key) {
                 Some(previous) => {
                     self.diags.object(
                         Severity::Error,
@@ -675,6 +738,10 @@ impl Translator<'_> {
         };
         if let Some(end) = tls::not_after(&pem.content) {
             if let Some(now) = self.inputs.now_unix {
+                if let Some(until) = expiry_message_stable_until(end, now) {
+                    let soonest = self.reuse.stable_until.map_or(until, |u| u.min(until));
+                    self.reuse.stable_until = Some(soonest);
+                }
                 let object = ObjectRef::new(Kind::Secret, key);
                 if end <= now {
                     self.diags.object(
@@ -871,7 +938,7 @@ impl Translator<'_> {
             redirect_codes,
             backends,
             default_backend,
-            tls: Tls {
+            tls: Arc::new(Tls {
                 pem_files,
                 crt_list,
                 alpn: global_tls
@@ -884,7 +951,7 @@ impl Translator<'_> {
                     .into_iter()
                     .map(|(path, content)| crate::model::PemFile { path, content })
                     .collect(),
-            },
+            }),
             peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,
@@ -894,6 +961,7 @@ impl Translator<'_> {
         Translation {
             model,
             diagnostics: self.diags,
+            reuse: self.reuse,
         }
     }
 
@@ -926,23 +994,20 @@ impl Translator<'_> {
             &mut self.diags,
         );
 
-        let endpoints = match &build.port.external {
-            Some((dns_name, port)) => vec![(dns_name.clone(), *port)],
-            None => backends::endpoints(self.store, &build.service, &build.port),
-        };
-        let count = slots::slot_count(endpoints.len(), settings.slots_block);
-        let servers = slots::assign(&endpoints, count)
-            .into_iter()
-            .enumerate()
-            .map(|(i, occupant)| {
-                let endpoint = occupant.map(|e| endpoints[e].clone());
-                ServerSlot {
-                    name: format!("SRV_{}", i + 1),
-                    port: endpoint.as_ref().map_or(1, |e| e.1),
-                    address: endpoint.map(|e| e.0),
-                }
-            })
-            .collect();
+        let servers = servers(
+            self.store,
+            &build.service,
+            &build.port,
+            settings.slots_block,
+        );
+        if build.port.external.is_none() {
+            // Its servers follow the Service's endpoints alone (see `Reuse`).
+            self.reuse
+                .endpoint_users
+                .entry(build.service.clone())
+                .or_default()
+                .push((name.clone(), build.port.clone()));
+        }
         Backend {
             name,
             namespace: build.service.namespace.clone(),
@@ -957,6 +1022,33 @@ impl Translator<'_> {
             servers,
         }
     }
+}
+
+/// The server slots of a backend of Service `service` on `port`: its endpoints (or the
+/// ExternalName) spread over `slots_block`-sized blocks of slots.
+pub fn servers(
+    store: &Store,
+    service: &Key,
+    port: &ResolvedPort,
+    slots_block: u32,
+) -> Vec<ServerSlot> {
+    let endpoints = match &port.external {
+        Some((dns_name, port)) => vec![(dns_name.clone(), *port)],
+        None => backends::endpoints(store, service, port),
+    };
+    let count = slots::slot_count(endpoints.len(), slots_block);
+    slots::assign(&endpoints, count)
+        .into_iter()
+        .enumerate()
+        .map(|(i, occupant)| {
+            let endpoint = occupant.map(|e| endpoints[e].clone());
+            ServerSlot {
+                name: format!("SRV_{}", i + 1),
+                port: endpoint.as_ref().map_or(1, |e| e.1),
+                address: endpoint.map(|e| e.0),
+            }
+        })
+        .collect()
 }
 
 /// The backend `name` in `table`, created for `service`/`port` if new.
