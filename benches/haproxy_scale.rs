@@ -81,7 +81,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{env_list, env_num, free_port, get};
+use support::{env_list, env_num, free_port, get, loopback_run};
 
 use portcullis::demo::{EchoServer, spawn_echo};
 use portcullis::objects::{Key, Kind, Object};
@@ -222,22 +222,18 @@ impl Controller {
             command.args(["--configmap", "portcullis/controller"]);
         }
         let debounce = opt.debounce.as_str();
-        let child = command
-            .arg("--manifests")
-            .arg(manifests)
-            .arg("--config-dir")
-            .arg(&config_dir)
-            .arg("--runtime-dir")
-            .arg(&run_dir)
-            .args(["--ipv4-bind-address", "127.0.0.1"])
-            .args(["--http-bind-port", &http.to_string()])
-            .args(["--https-bind-port", &https.to_string()])
-            .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-            .args(["--sync-debounce", debounce, "--log-level", "warn"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = loopback_run(
+            &mut command,
+            manifests,
+            &config_dir,
+            &run_dir,
+            (http, https, admin),
+            debounce,
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
         Self {
             child,
             http,

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod support;
-use support::{free_port, get};
+use support::{free_port, get, loopback_run};
 
 fn write_atomic(path: &Path, text: &str) {
     let tmp = path.with_extension("tmp");
@@ -130,21 +130,19 @@ fn main() {
 
     let (http, https, admin) = (free_port(), free_port(), free_port());
     let run_dir = work.path().join("r");
-    let child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["run", "--manifests"])
-        .arg(&dir)
-        .arg("--config-dir")
-        .arg(work.path().join("c"))
-        .arg("--runtime-dir")
-        .arg(&run_dir)
-        .args(["--ipv4-bind-address", "127.0.0.1"])
-        .args(["--http-bind-port", &http.to_string()])
-        .args(["--https-bind-port", &https.to_string()])
-        .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-        .args(["--sync-debounce", &debounce, "--log-level", "warn"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_portcullis"));
+    command.arg("run");
+    let child = loopback_run(
+        &mut command,
+        &dir,
+        &work.path().join("c"),
+        &run_dir,
+        (http, https, admin),
+        &debounce,
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
     let _controller = Controller(child);
     let ready = Instant::now() + Duration::from_secs(30);
     while get(admin, "x", "/readyz").map(|r| r.0) != Some(200) {

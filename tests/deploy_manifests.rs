@@ -594,16 +594,7 @@ fn rbac_grants_exactly_what_the_cluster_source_uses() {
     let namespaced_here = [Kind::Pod, Kind::ConfigMap];
     let mut cluster = BTreeSet::new();
     let mut local = BTreeSet::new();
-    for kind in [
-        Kind::Ingress,
-        Kind::IngressClass,
-        Kind::Service,
-        Kind::EndpointSlice,
-        Kind::Secret,
-        Kind::ConfigMap,
-        Kind::Pod,
-        Kind::Tcp,
-    ] {
+    for kind in Kind::ALL {
         let r = api_resource(kind);
         let set = if namespaced_here.contains(&kind) {
             &mut local

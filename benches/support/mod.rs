@@ -33,6 +33,31 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// Adds to `command` (a `portcullis run`) what every benchmark runs it with: the manifest
+/// directory, the configuration and runtime directories, HTTP, HTTPS and the admin endpoint on
+/// loopback ports, the debounce, and warnings only.
+pub(crate) fn loopback_run<'c>(
+    command: &'c mut std::process::Command,
+    manifests: &std::path::Path,
+    config_dir: &std::path::Path,
+    run_dir: &std::path::Path,
+    (http, https, admin): (u16, u16, u16),
+    debounce: &str,
+) -> &'c mut std::process::Command {
+    command
+        .arg("--manifests")
+        .arg(manifests)
+        .arg("--config-dir")
+        .arg(config_dir)
+        .arg("--runtime-dir")
+        .arg(run_dir)
+        .args(["--ipv4-bind-address", "127.0.0.1"])
+        .args(["--http-bind-port", &http.to_string()])
+        .args(["--https-bind-port", &https.to_string()])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
+        .args(["--sync-debounce", debounce, "--log-level", "warn"])
+}
+
 /// One HTTP/1.1 request over a fresh connection: (status, body).
 pub(crate) fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
