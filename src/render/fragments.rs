@@ -72,10 +72,10 @@ impl Fragments {
     }
 }
 
-/// A fingerprint of the model without its backends (what every section may read besides its
-/// own backend).
-pub(crate) fn rest_fingerprint(model: &Model) -> u128 {
-    // Every field but the backends; naming them all makes a new field a compile error here.
+/// The model without its backends: what every section may read besides its own backend.
+/// Naming every field makes a new field a compile error here. (Grouped: tuples compare up to
+/// twelve elements.)
+fn rest_of(model: &Model) -> impl serde::Serialize + PartialEq + '_ {
     let Model {
         version,
         listen,
@@ -93,66 +93,43 @@ pub(crate) fn rest_fingerprint(model: &Model) -> u128 {
         userlists,
         errorfiles,
     } = model;
+    (
+        (
+            version,
+            listen,
+            runtime_socket,
+            global,
+            maps,
+            frontend_rules,
+        ),
+        (
+            redirect_codes,
+            default_backend,
+            tls,
+            peers,
+            tcp,
+            tcp_backends,
+        ),
+        (userlists, errorfiles),
+    )
+}
+
+/// A fingerprint of the model without its backends.
+pub(crate) fn rest_fingerprint(model: &Model) -> u128 {
     let mut rest = Fingerprint::new();
-    rest.add_serialized(&(
-        version,
-        listen,
-        runtime_socket,
-        global,
-        maps,
-        frontend_rules,
-    ));
-    rest.add_serialized(&(
-        redirect_codes,
-        default_backend,
-        tls,
-        peers,
-        tcp,
-        tcp_backends,
-    ));
-    rest.add_serialized(&(userlists, errorfiles));
+    rest.add_serialized(&rest_of(model));
     rest.finish()
 }
 
 /// Whether two models are equal but for their backends' contents (same backends by name, in
 /// the same order).
 fn same_but_backends(a: &Model, b: &Model) -> bool {
-    let Model {
-        version,
-        listen,
-        runtime_socket,
-        global,
-        maps,
-        frontend_rules,
-        redirect_codes,
-        backends,
-        default_backend,
-        tls,
-        peers,
-        tcp,
-        tcp_backends,
-        userlists,
-        errorfiles,
-    } = a;
-    *version == b.version
-        && *listen == b.listen
-        && *runtime_socket == b.runtime_socket
-        && *global == b.global
-        && (Arc::ptr_eq(maps, &b.maps) || **maps == *b.maps)
-        && *frontend_rules == b.frontend_rules
-        && *redirect_codes == b.redirect_codes
-        && backends.len() == b.backends.len()
-        && backends
+    a.backends.len() == b.backends.len()
+        && a.backends
             .iter()
             .zip(&b.backends)
             .all(|(x, y)| x.name == y.name)
-        && *default_backend == b.default_backend
-        && *tls == b.tls
-        && *peers == b.peers
-        && *tcp == b.tcp
-        && *tcp_backends == b.tcp_backends
-        && *userlists == b.userlists
-        && *errorfiles == b.errorfiles
+        && rest_of(a) == rest_of(b)
 }
 
 /// One render in progress, reachable from template functions through [`SCOPE_VAR`].

@@ -227,17 +227,19 @@ impl Renderer {
         {
             e = inner;
         }
-        let name = e.name().unwrap_or(ENTRY_TEMPLATE).to_string();
-        let file = self
-            .templates
-            .iter()
-            .find(|t| t.name == name)
-            .map_or(name, |t| t.display_name("templates"));
         RenderError::TemplateRender {
-            file,
+            file: self.template_file(e.name().unwrap_or(ENTRY_TEMPLATE)),
             line: e.line().unwrap_or(0),
             message: e.detail().map_or_else(|| e.to_string(), str::to_string),
         }
+    }
+
+    /// How messages name template `name`: the site file that provides it, or the bundled one.
+    fn template_file(&self, name: &str) -> String {
+        self.templates
+            .iter()
+            .find(|t| t.name == name)
+            .map_or_else(|| name.to_string(), |t| t.display_name("templates"))
     }
 
     fn remember_layout(&self, layout: fragments::Layout) {
@@ -294,7 +296,7 @@ impl Renderer {
         let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
         let (cfg, layout) = fragments::finish_render(&raw, &scope, &ctx).map_err(|message| {
             RenderError::TemplateRender {
-                file: ENTRY_TEMPLATE.to_string(),
+                file: self.template_file(ENTRY_TEMPLATE),
                 line: 0,
                 message: message.to_string(),
             }
@@ -385,9 +387,9 @@ fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), Re
 mod tests {
     use super::*;
 
-    /// Remembered backend sections never show an old backend or an old rest of the model.
-    #[test]
-    fn remembered_backend_sections_follow_the_model() {
+    /// A pipeline, the model of a synthetic cluster it made, and that model with the first
+    /// server of one backend moved to 10.9.9.9:9999.
+    fn synthetic_model_and_moved() -> (crate::pipeline::Pipeline, Model, Model) {
         let config = crate::translate::TranslateConfig {
             watch_ingress_without_class: true,
             ..crate::translate::TranslateConfig::default()
@@ -401,6 +403,13 @@ mod tests {
         let slot = &mut std::sync::Arc::make_mut(&mut moved.backends[3]).servers[0];
         slot.address = Some("10.9.9.9".to_string());
         slot.port = 9999;
+        (pipeline, base, moved)
+    }
+
+    /// Remembered backend sections never show an old backend or an old rest of the model.
+    #[test]
+    fn remembered_backend_sections_follow_the_model() {
+        let (pipeline, base, moved) = synthetic_model_and_moved();
         let mut renamed = moved.clone();
         renamed.version = "other".to_string();
         let fresh = |m: &Model| {
@@ -422,17 +431,7 @@ mod tests {
     /// than by printing it makes a plain string, which the output guard refuses anyway.)
     #[test]
     fn patched_configurations_are_full_renderings_or_none() {
-        let config = crate::translate::TranslateConfig {
-            watch_ingress_without_class: true,
-            ..crate::translate::TranslateConfig::default()
-        };
-        let pipeline = crate::pipeline::Pipeline::load(None, None, config).unwrap();
-        let cluster = crate::synth::generate(&crate::synth::SynthConfig::new(5, 30, 3)).unwrap();
-        let store = crate::store::Store::from_objects(cluster.objects);
-        let base = pipeline.run(&store).unwrap().model;
-        let mut moved = base.clone();
-        let slot = &mut std::sync::Arc::make_mut(&mut moved.backends[3]).servers[0];
-        slot.address = Some("10.9.9.9".to_string());
+        let (pipeline, base, moved) = synthetic_model_and_moved();
         let entry = |body: &str| {
             let site = tempfile::tempdir().unwrap();
             std::fs::write(
@@ -474,7 +473,7 @@ mod tests {
         // Not a backend change alone: no patch.
         let renderer = &pipeline.renderer;
         let before = renderer.render(&base).unwrap();
-        let mut renamed = moved.clone();
+        let mut renamed = moved;
         renamed.version = "other".to_string();
         assert!(
             renderer
@@ -482,6 +481,19 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    /// A NUL character in template text could pass for a section mark: refused, naming the
+    /// site file.
+    #[test]
+    fn a_nul_character_in_the_output_is_refused() {
+        let site = tempfile::tempdir().unwrap();
+        std::fs::write(site.path().join(ENTRY_TEMPLATE), "global\n# \0\n").unwrap();
+        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let (_, base, _) = synthetic_model_and_moved();
+        let err = renderer.render(&base).unwrap_err().to_string();
+        assert!(err.contains("NUL"), "{err}");
+        assert!(err.contains(&site.path().display().to_string()), "{err}");
     }
 
     #[test]
