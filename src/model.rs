@@ -220,7 +220,7 @@ pub struct GlobalSettings {
 
 /// The routing maps. Keys are `host` + `path` (`host` empty for rules without a host, `*.`
 /// prefixed for wildcard hosts); values are `backend` or `backend.policy`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct RouteMaps {
     /// Exact matches (`map_str`): Exact paths, and Prefix paths matching themselves.
     pub exact: Vec<MapEntry>,
