@@ -4,8 +4,9 @@
 //! one change touches few of them. The bundled entry template prints each backend with
 //! `{{ backend_section(backend) }}`, which renders `parts/backend.j2` (the effective one, site
 //! overrides included) with `model`, `files` and `backend` — what `{% include %}` would see —
-//! and remembers the text by a fingerprint of that backend and of the rest of the model: the
-//! same inputs give the same text, so a remembered one is printed as it is.
+//! and remembers the text with a fingerprint of that backend and of each model field the render
+//! read (the view notes them): the same inputs give the same text, so a remembered one is
+//! printed as it is.
 //!
 //! Templates see the model as a [`ModelView`]: fields are converted to template values when a
 //! template first reads them, and every backend is a [`BackendView`] that notes when a template
@@ -37,8 +38,9 @@ pub(crate) const SCOPE_VAR: &str = "_portcullis_render";
 pub(crate) struct Fragments {
     /// Counts renders.
     render: u64,
-    /// (rest, backend) fingerprints → (text, the last render that used it).
-    texts: HashMap<(u128, u128), (Arc<str>, u64)>,
+    /// Backend fingerprint → the texts rendered for it, each with the model fields its
+    /// render read and their fingerprints then.
+    texts: HashMap<u128, Vec<Remembered>>,
     /// Backend fingerprints by the address of the shared backend (kept alive here, so the
     /// address is not reused while remembered) → (backend, fingerprint, last render).
     fingerprints: HashMap<usize, (Arc<Backend>, u128, u64)>,
@@ -50,10 +52,34 @@ impl Fragments {
     fn begin(&mut self) -> u64 {
         self.render += 1;
         let keep_from = self.render.saturating_sub(2);
-        self.texts.retain(|_, (_, used)| *used >= keep_from);
+        self.texts.retain(|_, texts| {
+            texts.retain(|t| t.used >= keep_from);
+            !texts.is_empty()
+        });
         self.fingerprints
             .retain(|_, (_, _, used)| *used >= keep_from);
         self.render
+    }
+
+    /// Notes that the current render used `text`, remembered for backend `fp`.
+    fn used(&mut self, fp: u128, text: &Arc<str>) {
+        let render = self.render;
+        for t in self.texts.get_mut(&fp).into_iter().flatten() {
+            if Arc::ptr_eq(&t.text, text) {
+                t.used = render;
+            }
+        }
+    }
+
+    fn remember(&mut self, fp: u128, reads: Vec<(&'static str, u128)>, text: Arc<str>) {
+        let used = self.render;
+        let texts = self.texts.entry(fp).or_default();
+        if texts.len() >= TEXTS_PER_BACKEND {
+            if let Some(oldest) = (0..texts.len()).min_by_key(|&i| texts[i].used) {
+                texts.swap_remove(oldest);
+            }
+        }
+        texts.push(Remembered { reads, text, used });
     }
 
     fn fingerprint(&mut self, backend: &Arc<Backend>) -> u128 {
@@ -71,6 +97,20 @@ impl Fragments {
         fp
     }
 }
+
+/// A section text, and what else than its backend it depends on.
+#[derive(Debug)]
+struct Remembered {
+    /// The model fields the render read, with their fingerprints.
+    reads: Vec<(&'static str, u128)>,
+    text: Arc<str>,
+    /// The last render that used it.
+    used: u64,
+}
+
+/// At most this many texts are kept per backend content (one per combination of the fields
+/// it read; more only while those change back and forth).
+const TEXTS_PER_BACKEND: usize = 4;
 
 /// The model without its backends: what every section may read besides its own backend.
 /// Naming every field makes a new field a compile error here. (Grouped: tuples compare up to
@@ -114,13 +154,6 @@ fn rest_of(model: &Model) -> impl serde::Serialize + PartialEq + '_ {
     )
 }
 
-/// A fingerprint of the model without its backends.
-pub(crate) fn rest_fingerprint(model: &Model) -> u128 {
-    let mut rest = Fingerprint::new();
-    rest.add_serialized(&rest_of(model));
-    rest.finish()
-}
-
 /// Whether two models are equal but for their backends' contents (same backends by name, in
 /// the same order).
 fn same_but_backends(a: &Model, b: &Model) -> bool {
@@ -137,7 +170,6 @@ fn same_but_backends(a: &Model, b: &Model) -> bool {
 pub(crate) struct Scope {
     /// Marks sections in the output; unguessable, so no template text can forge one.
     nonce: u64,
-    rest: u128,
     /// Set when a template read a backend other than through `backend_section`, or used a
     /// section other than by printing it: the output then has no [`Layout`].
     touched: Arc<AtomicBool>,
@@ -158,7 +190,6 @@ pub(crate) struct Layout {
     pub cfg: Arc<[u8]>,
     /// (index of the backend in the model, byte range), in output order.
     sections: Vec<(usize, Range<usize>)>,
-    rest: u128,
     /// The `model` and `files` the templates saw, for sections rendered into this layout.
     model: Value,
     files: Value,
@@ -177,7 +208,6 @@ pub(crate) fn begin_render(
     let touched = Arc::new(AtomicBool::new(false));
     let scope = Arc::new(Scope {
         nonce: rand_nonce(),
-        rest: rest_fingerprint(model),
         touched: touched.clone(),
         printed: Mutex::new(Vec::new()),
     });
@@ -223,7 +253,6 @@ pub(crate) fn finish_render(
     let layout = (!scope.touched.load(Ordering::Relaxed)).then(|| Layout {
         cfg: cfg.clone(),
         sections,
-        rest: scope.rest,
         model: ctx.get_attr("model").unwrap_or_default(),
         files: ctx.get_attr("files").unwrap_or_default(),
         touched: scope.touched.clone(),
@@ -244,37 +273,15 @@ pub(crate) fn patch(
     if layout.touched.load(Ordering::Relaxed) || !same_but_backends(previous, model) {
         return Ok(None);
     }
-    let render = fragments.lock().map(|mut f| f.begin()).unwrap_or_default();
+    if let Ok(mut f) = fragments.lock() {
+        f.begin();
+    }
     let mut texts: HashMap<usize, Arc<str>> = HashMap::new();
     for (i, (old, new)) in previous.backends.iter().zip(&model.backends).enumerate() {
         if Arc::ptr_eq(old, new) || old == new {
             continue;
         }
-        let fp = fragments
-            .lock()
-            .map(|mut f| f.fingerprint(new))
-            .unwrap_or_default();
-        let key = (layout.rest, fp);
-        let known = fragments.lock().ok().and_then(|mut f| {
-            let (text, used) = f.texts.get_mut(&key)?;
-            *used = render;
-            Some(text.clone())
-        });
-        let text = match known {
-            Some(text) => text,
-            None => {
-                let ctx = minijinja::context! {
-                    model => layout.model.clone(),
-                    files => layout.files.clone(),
-                    backend => to_value(&**new),
-                };
-                let text: Arc<str> = Arc::from(env.get_template(BACKEND_TEMPLATE)?.render(ctx)?);
-                if let Ok(mut f) = fragments.lock() {
-                    f.texts.insert(key, (text.clone(), render));
-                }
-                text
-            }
-        };
+        let text = section_text(env, fragments, &layout.model, &layout.files, new)?;
         texts.insert(i, text);
     }
     // A section template that read another backend saw the previous one.
@@ -303,6 +310,68 @@ pub(crate) fn patch(
         sections,
         ..layout.clone()
     }))
+}
+
+/// The text of `backend`'s section rendered with `model` and `files`: a remembered one when
+/// the backend is the same and so is every field of the model that rendering it read.
+fn section_text(
+    env: &Environment<'_>,
+    fragments: &Mutex<Fragments>,
+    model: &Value,
+    files: &Value,
+    backend: &Arc<Backend>,
+) -> Result<Arc<str>, Error> {
+    // Only the model as the render gives it can say what a section read.
+    let view = model.downcast_object_ref::<ModelView>();
+    let fp = view.and(fragments.lock().ok().map(|mut f| f.fingerprint(backend)));
+    if let (Some(view), Some(fp)) = (view, fp) {
+        let candidates = fragments.lock().ok().and_then(|f| {
+            let texts = f.texts.get(&fp)?;
+            Some(
+                texts
+                    .iter()
+                    .map(|t| (t.reads.clone(), t.text.clone()))
+                    .collect::<Vec<_>>(),
+            )
+        });
+        for (reads, text) in candidates.into_iter().flatten() {
+            if reads
+                .iter()
+                .all(|(name, field)| view.fingerprint(name) == Some(*field))
+            {
+                if let Ok(mut f) = fragments.lock() {
+                    f.used(fp, &text);
+                }
+                return Ok(text);
+            }
+        }
+    }
+    let ctx = minijinja::context! {
+        model => model.clone(),
+        files => files.clone(),
+        backend => to_value(&**backend),
+    };
+    if let Some(view) = view {
+        view.record();
+    }
+    let rendered = env
+        .get_template(BACKEND_TEMPLATE)
+        .and_then(|t| t.render(ctx));
+    let reads = view.map(|v| v.recorded());
+    let text: Arc<str> = Arc::from(rendered?);
+    // A section that read the backends list (other backends) is not remembered.
+    let reads = view.zip(reads).and_then(|(view, reads)| {
+        reads
+            .into_iter()
+            .map(|name| Some((name, view.fingerprint(name)?)))
+            .collect::<Option<Vec<_>>>()
+    });
+    if let (Some(fp), Some(reads)) = (fp, reads) {
+        if let Ok(mut f) = fragments.lock() {
+            f.remember(fp, reads, text.clone());
+        }
+    }
+    Ok(text)
 }
 
 /// A template value of `value`, as serde sees it.
@@ -357,6 +426,10 @@ struct ModelView {
     model: Model,
     backends: Value,
     fields: Mutex<HashMap<&'static str, Value>>,
+    /// Field fingerprints, computed when a remembered section needs them.
+    fingerprints: Mutex<HashMap<&'static str, u128>>,
+    /// The fields read by each section render in progress, innermost last.
+    recording: Mutex<Vec<Vec<&'static str>>>,
 }
 
 const MODEL_FIELDS: &[&str] = &[
@@ -377,6 +450,53 @@ const MODEL_FIELDS: &[&str] = &[
     "errorfiles",
 ];
 
+/// Something done with one serializable field of the model.
+trait FieldVisitor {
+    type Out;
+    fn visit<T: serde::Serialize + ?Sized>(self, value: &T) -> Self::Out;
+}
+
+/// Applies `visitor` to the field `name` of `m` (not `backends`, which is views).
+fn visit_field<V: FieldVisitor>(m: &Model, name: &str, visitor: V) -> Option<V::Out> {
+    Some(match name {
+        "version" => visitor.visit(&m.version),
+        "listen" => visitor.visit(&m.listen),
+        "runtime_socket" => visitor.visit(&m.runtime_socket),
+        "global" => visitor.visit(&m.global),
+        "maps" => visitor.visit(&*m.maps),
+        "frontend_rules" => visitor.visit(&m.frontend_rules),
+        "redirect_codes" => visitor.visit(&m.redirect_codes),
+        "default_backend" => visitor.visit(&m.default_backend),
+        "tls" => visitor.visit(&*m.tls),
+        "peers" => visitor.visit(&m.peers),
+        "tcp" => visitor.visit(&m.tcp),
+        "tcp_backends" => visitor.visit(&m.tcp_backends),
+        "userlists" => visitor.visit(&m.userlists),
+        "errorfiles" => visitor.visit(&m.errorfiles),
+        _ => return None,
+    })
+}
+
+struct ToValue;
+
+impl FieldVisitor for ToValue {
+    type Out = Value;
+    fn visit<T: serde::Serialize + ?Sized>(self, value: &T) -> Value {
+        Value::from(minijinja::value::Serde(value))
+    }
+}
+
+struct ToFingerprint;
+
+impl FieldVisitor for ToFingerprint {
+    type Out = u128;
+    fn visit<T: serde::Serialize + ?Sized>(self, value: &T) -> u128 {
+        let mut h = Fingerprint::new();
+        h.add_serialized(&value);
+        h.finish()
+    }
+}
+
 impl ModelView {
     fn value(model: &Model, touched: &Arc<AtomicBool>) -> Value {
         let backends = model
@@ -396,39 +516,58 @@ impl ModelView {
             model: model.clone(),
             backends: Value::from(backends),
             fields: Mutex::new(HashMap::new()),
+            fingerprints: Mutex::new(HashMap::new()),
+            recording: Mutex::new(Vec::new()),
         })
     }
 
-    fn convert(&self, name: &str) -> Option<Value> {
-        let m = &self.model;
-        Some(match name {
-            "version" => to_value(&m.version),
-            "listen" => to_value(&m.listen),
-            "runtime_socket" => to_value(&m.runtime_socket),
-            "global" => to_value(&m.global),
-            "maps" => to_value(&*m.maps),
-            "frontend_rules" => to_value(&m.frontend_rules),
-            "redirect_codes" => to_value(&m.redirect_codes),
-            "backends" => self.backends.clone(),
-            "default_backend" => to_value(&m.default_backend),
-            "tls" => to_value(&m.tls),
-            "peers" => to_value(&m.peers),
-            "tcp" => to_value(&m.tcp),
-            "tcp_backends" => to_value(&m.tcp_backends),
-            "userlists" => to_value(&m.userlists),
-            "errorfiles" => to_value(&m.errorfiles),
-            _ => return None,
-        })
+    /// The fingerprint of field `name`; `None` for the backends, which sections of other
+    /// backends must not depend on.
+    fn fingerprint(&self, name: &'static str) -> Option<u128> {
+        if let Some(fp) = self.fingerprints.lock().ok()?.get(name) {
+            return Some(*fp);
+        }
+        let fp = visit_field(&self.model, name, ToFingerprint)?;
+        self.fingerprints.lock().ok()?.insert(name, fp);
+        Some(fp)
+    }
+
+    /// Starts noting the fields read, until [`ModelView::recorded`].
+    fn record(&self) {
+        if let Ok(mut r) = self.recording.lock() {
+            r.push(Vec::new());
+        }
+    }
+
+    /// The fields read since the matching [`ModelView::record`].
+    fn recorded(&self) -> Vec<&'static str> {
+        self.recording
+            .lock()
+            .ok()
+            .and_then(|mut r| r.pop())
+            .unwrap_or_default()
     }
 }
 
 impl Object for ModelView {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let name = MODEL_FIELDS.iter().find(|f| Some(**f) == key.as_str())?;
+        let name = *MODEL_FIELDS.iter().find(|f| Some(**f) == key.as_str())?;
+        if let Ok(mut recording) = self.recording.lock() {
+            // An enclosing section depends on what a section inside it read too.
+            for reads in recording.iter_mut() {
+                if !reads.contains(&name) {
+                    reads.push(name);
+                }
+            }
+        }
         if let Some(v) = self.fields.lock().ok()?.get(name) {
             return Some(v.clone());
         }
-        let v = self.convert(name)?;
+        let v = if name == "backends" {
+            self.backends.clone()
+        } else {
+            visit_field(&self.model, name, ToValue)?
+        };
         self.fields.lock().ok()?.insert(name, v.clone());
         Some(v)
     }
@@ -492,33 +631,13 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
                 let text = state.env().get_template(BACKEND_TEMPLATE)?.render(ctx)?;
                 return Ok(Value::from_safe_string(text));
             };
-            let key = fragments
-                .lock()
-                .map(|mut f| (scope.rest, f.fingerprint(&view.backend)))
-                .unwrap_or_default();
-            let known = fragments.lock().ok().and_then(|mut f| {
-                let render = f.render;
-                let (text, used) = f.texts.get_mut(&key)?;
-                *used = render;
-                Some(text.clone())
-            });
-            let text = match known {
-                Some(text) => text,
-                None => {
-                    let ctx = minijinja::context! {
-                        model => state.lookup("model").unwrap_or_default(),
-                        files => state.lookup("files").unwrap_or_default(),
-                        backend => to_value(&*view.backend),
-                    };
-                    let text: Arc<str> =
-                        Arc::from(state.env().get_template(BACKEND_TEMPLATE)?.render(ctx)?);
-                    if let Ok(mut f) = fragments.lock() {
-                        let render = f.render;
-                        f.texts.insert(key, (text.clone(), render));
-                    }
-                    text
-                }
-            };
+            let text = section_text(
+                state.env(),
+                &fragments,
+                &state.lookup("model").unwrap_or_default(),
+                &state.lookup("files").unwrap_or_default(),
+                &view.backend,
+            )?;
             let number = {
                 let mut printed = scope
                     .printed

@@ -426,6 +426,56 @@ mod tests {
         assert!(fresh(&moved).contains("10.9.9.9:9999"));
     }
 
+    /// A remembered section is used again only when every model field its render read is
+    /// the same: a site section template that prints the version, or another backend's
+    /// server, follows them.
+    #[test]
+    fn remembered_sections_follow_what_their_template_read() {
+        let (pipeline, base, moved) = synthetic_model_and_moved();
+        let bundled = pipeline
+            .renderer
+            .templates()
+            .iter()
+            .find(|t| t.name == "parts/backend.j2")
+            .unwrap()
+            .text
+            .clone();
+        let mut renamed = base.clone();
+        renamed.version = "other".to_string();
+        let mut renamed_moved = moved.clone();
+        renamed_moved.version = "other".to_string();
+        let models = [
+            &base,
+            &moved,
+            &renamed,
+            &base,
+            &renamed_moved,
+            &moved,
+            &base,
+        ];
+        for extra in [
+            "# version {{ model.version }}\n",
+            "# fourth {{ model.backends[3].servers[0].port }}\n",
+            "{% if model.peers %}# peers{% endif %}\n",
+        ] {
+            let site = tempfile::tempdir().unwrap();
+            std::fs::create_dir(site.path().join("parts")).unwrap();
+            std::fs::write(
+                site.path().join("parts/backend.j2"),
+                format!("{bundled}{extra}"),
+            )
+            .unwrap();
+            let warm = Renderer::load(Some(site.path())).unwrap();
+            for model in models {
+                let fresh = Renderer::load(Some(site.path())).unwrap();
+                let expected = fresh.render(model).unwrap();
+                assert_eq!(warm.render(model).unwrap(), expected, "{extra}");
+                let first = expected.haproxy_cfg().lines().find(|l| l.starts_with("# "));
+                assert!(first.is_some(), "{extra}");
+            }
+        }
+    }
+
     /// A patched configuration is the full rendering; a template that reads backends (but
     /// their names) outside `backend_section` gets full renderings. (Using a section other
     /// than by printing it makes a plain string, which the output guard refuses anyway.)
