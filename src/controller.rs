@@ -489,13 +489,13 @@ async fn apply_output(
 ) -> Result<(), RunError> {
     let started = Instant::now();
     let mut output = output;
-    let mut result = applier
-        .apply(Applied::new(
-            output.model.clone(),
-            output.rendered.clone(),
-            &pipeline.renderer,
-        ))
-        .await;
+    let next = Applied::following(
+        output.model.clone(),
+        output.rendered.clone(),
+        &pipeline.renderer,
+        applier.running(),
+    );
+    let mut result = applier.apply(next).await;
     // HAProxy is the judge of certificates: one it refuses (a key that does not match, a
     // broken chain) is dropped with an error naming its Secret, and the rest is applied.
     for _ in 0..3 {
@@ -507,13 +507,13 @@ async fn apply_output(
             break;
         };
         output = retry;
-        result = applier
-            .apply(Applied::new(
-                output.model.clone(),
-                output.rendered.clone(),
-                &pipeline.renderer,
-            ))
-            .await;
+        let next = Applied::following(
+            output.model.clone(),
+            output.rendered.clone(),
+            &pipeline.renderer,
+            applier.running(),
+        );
+        result = applier.apply(next).await;
     }
     report_diagnostics(&output.diagnostics, metrics);
     // Shown on the admin endpoint: without password hashes (basic-auth userlists).

@@ -44,6 +44,62 @@ pub struct Model {
     pub errorfiles: Vec<ErrorFile>,
 }
 
+impl Model {
+    /// The model without its (HTTP) backends: what every backend section may read besides
+    /// its own backend. Naming every field makes a new field a compile error here. (Grouped:
+    /// tuples compare up to twelve elements.)
+    pub fn without_backends(&self) -> impl Serialize + PartialEq + '_ {
+        let Model {
+            version,
+            listen,
+            runtime_socket,
+            global,
+            maps,
+            frontend_rules,
+            redirect_codes,
+            backends: _,
+            default_backend,
+            tls,
+            peers,
+            tcp,
+            tcp_backends,
+            userlists,
+            errorfiles,
+        } = self;
+        (
+            (
+                version,
+                listen,
+                runtime_socket,
+                global,
+                maps,
+                frontend_rules,
+            ),
+            (
+                redirect_codes,
+                default_backend,
+                tls,
+                peers,
+                tcp,
+                tcp_backends,
+            ),
+            (userlists, errorfiles),
+        )
+    }
+
+    /// Equality that takes a backend both models share (the same `Arc`) as equal without
+    /// comparing it: cheap between models built one from the other.
+    pub fn same_as(&self, other: &Model) -> bool {
+        same_backends(&self.backends, &other.backends)
+            && self.without_backends() == other.without_backends()
+    }
+}
+
+/// Whether two backend lists are equal, shared backends compared by address.
+pub fn same_backends(a: &[Arc<Backend>], b: &[Arc<Backend>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y) || x == y)
+}
+
 /// An error page: `errorfile <code> <path>` in `defaults`; the file holds a whole HTTP
 /// response, checked by [`crate::translate::configmaps::parse_errorfile`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

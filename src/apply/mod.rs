@@ -313,11 +313,11 @@ impl Applier {
         }
         // Later plans start from what HAProxy now runs; the rendered files are the new ones so
         // that returning to the old configuration is seen as a change.
-        self.running = Some(Applied {
+        self.running = Some(Applied::with_structure_of(
             model,
-            rendered: new.rendered.clone(),
-            structure: running.structure.clone(),
-        });
+            new.rendered.clone(),
+            running,
+        ));
     }
 
     /// After a reload, checks every server against the model and repairs what differs, so

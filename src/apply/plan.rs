@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
+use crate::model::{Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
 use crate::render::{
     CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
@@ -26,20 +26,57 @@ pub struct Applied {
     /// blanked out. Two configurations with equal structure differ only in what the runtime
     /// API can change. Rendered when the configuration is made, with the templates of that
     /// moment, so that a template edit shows as a structural change.
-    pub structure: String,
+    pub structure: Arc<str>,
+    /// The blanked model `structure` is the rendering of, and the renderer that rendered it.
+    blanked: Model,
+    renderer: u64,
 }
 
 impl Applied {
     pub fn new(model: Model, rendered: RenderedConfig, renderer: &Renderer) -> Self {
-        let structure = renderer
-            .render_config_cached(&blank_runtime_parts(&model))
-            // Cannot happen for a model the same templates rendered; if it does, any change
-            // counts as structural.
-            .unwrap_or_else(|e| format!("unrenderable: {e}\n{}", rendered.haproxy_cfg()));
+        Self::following(model, rendered, renderer, None)
+    }
+
+    /// Like [`Applied::new`], taking from `previous` what did not change: the blanked
+    /// backends of backends both models share, and the structure when the blanked models
+    /// are the same and so is the renderer. After an endpoint change that is no rendering
+    /// and no copy of the unchanged backends.
+    pub fn following(
+        model: Model,
+        rendered: RenderedConfig,
+        renderer: &Renderer,
+        previous: Option<&Applied>,
+    ) -> Self {
+        let blanked = blank_runtime_parts(&model, previous);
+        let same_structure = previous
+            .filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked))
+            .map(|p| p.structure.clone());
+        let structure = same_structure.unwrap_or_else(|| {
+            renderer
+                .render_config_cached(&blanked)
+                // Cannot happen for a model the same templates rendered; if it does, any
+                // change counts as structural.
+                .unwrap_or_else(|e| format!("unrenderable: {e}\n{}", rendered.haproxy_cfg()))
+                .into()
+        });
         Self {
             model,
             rendered,
             structure,
+            blanked,
+            renderer: renderer.id(),
+        }
+    }
+
+    /// A configuration with `model` and `rendered` but the structure of `structure` (what
+    /// HAProxy runs when only the runtime part of a change was applied).
+    pub fn with_structure_of(model: Model, rendered: RenderedConfig, structure: &Applied) -> Self {
+        Self {
+            model,
+            rendered,
+            structure: structure.structure.clone(),
+            blanked: structure.blanked.clone(),
+            renderer: structure.renderer,
         }
     }
 }
@@ -83,11 +120,15 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
         return plan;
     }
     servers(old, new, &mut plan);
-    maps(old, new, &mut plan);
-    let tls = with_running_names(&old.model.tls, &new.model.tls);
-    certificates(&old.model.tls, &tls, &mut plan);
-    if tls != *new.model.tls {
-        plan.running_tls = Some(tls);
+    if !Arc::ptr_eq(&old.model.maps, &new.model.maps) {
+        maps(old, new, &mut plan);
+    }
+    if !Arc::ptr_eq(&old.model.tls, &new.model.tls) {
+        let tls = with_running_names(&old.model.tls, &new.model.tls);
+        certificates(&old.model.tls, &tls, &mut plan);
+        if tls != *new.model.tls {
+            plan.running_tls = Some(tls);
+        }
     }
     // Every command must be expressible; if one is not, the change goes through a reload.
     if let Some(e) = plan.commands.iter().find_map(|c| c.to_wire().err()) {
@@ -206,11 +247,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         .filter(|e| codes.iter().any(|c| c.to_string() == e.value))
         .cloned()
         .collect();
-    let target = Applied {
-        model: model.clone(),
-        rendered: new.rendered.clone(),
-        structure: old.structure.clone(),
-    };
+    let target = Applied::with_structure_of(model.clone(), new.rendered.clone(), old);
     maps(old, &target, &mut plan);
     if old.model.tls.enabled() && new.model.tls.enabled() {
         let mut certs = Plan::default();
@@ -330,14 +367,43 @@ fn same_precedence(actual: &[&CrtListEntry], wanted: &[CrtListEntry]) -> bool {
 }
 
 /// The model with everything the runtime API can change replaced by fixed placeholders.
-fn blank_runtime_parts(model: &Model) -> Model {
+/// Backends shared with `previous`'s model take its blanked backend; a blanked backend equal
+/// to `previous`'s is shared with it.
+fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
     let mut m = model.clone();
-    for b in m.backends.iter_mut().chain(m.tcp_backends.iter_mut()) {
-        for s in &mut Arc::make_mut(b).servers {
-            s.address = None;
-            s.port = 1;
-        }
-    }
+    let blank =
+        |list: &mut [Arc<Backend>], before: &[Arc<Backend>], blanked_before: &[Arc<Backend>]| {
+            for (i, b) in list.iter_mut().enumerate() {
+                let (was, blanked_was) = (before.get(i), blanked_before.get(i));
+                if let (Some(was), Some(blanked_was)) = (was, blanked_was) {
+                    if Arc::ptr_eq(was, b) {
+                        *b = blanked_was.clone();
+                        continue;
+                    }
+                }
+                if b.servers.iter().any(|s| s.address.is_some() || s.port != 1) {
+                    for s in &mut Arc::make_mut(b).servers {
+                        s.address = None;
+                        s.port = 1;
+                    }
+                }
+                if let Some(blanked_was) = blanked_was.filter(|w| ***w == **b) {
+                    *b = blanked_was.clone();
+                }
+            }
+        };
+    let (before, blanked_before) =
+        previous.map_or((None, None), |p| (Some(&p.model), Some(&p.blanked)));
+    blank(
+        &mut m.backends,
+        before.map_or(&[], |p| &p.backends),
+        blanked_before.map_or(&[], |p| &p.backends),
+    );
+    blank(
+        &mut m.tcp_backends,
+        before.map_or(&[], |p| &p.tcp_backends),
+        blanked_before.map_or(&[], |p| &p.tcp_backends),
+    );
     // Whether the passthrough frontend exists is structural; which names it passes is not.
     let mut maps = RouteMaps::default();
     if !m.maps.sni.is_empty() {
@@ -348,14 +414,23 @@ fn blank_runtime_parts(model: &Model) -> Model {
     }
     m.maps = Arc::new(maps);
     // Whether an HTTPS frontend exists is structural; which certificates it serves is not.
-    let had_tls = m.tls.enabled();
-    let tls = Arc::make_mut(&mut m.tls);
-    tls.pem_files.clear();
-    tls.crt_list.truncate(usize::from(had_tls));
-    for entry in &mut tls.crt_list {
-        entry.path = "certs/placeholder.pem".to_string();
-        entry.sni.clear();
-    }
+    // (Built anew rather than copied: the certificates are most of it.)
+    let tls = &model.tls;
+    m.tls = Arc::new(Tls {
+        pem_files: Vec::new(),
+        crt_list: if tls.enabled() {
+            vec![CrtListEntry {
+                path: "certs/placeholder.pem".to_string(),
+                sni: Vec::new(),
+            }]
+        } else {
+            Vec::new()
+        },
+        alpn: tls.alpn.clone(),
+        strict_sni: tls.strict_sni,
+        client_auth: tls.client_auth.clone(),
+        static_files: tls.static_files.clone(),
+    });
     m
 }
 
@@ -425,6 +500,9 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
     let old_backends = old.model.backends.iter().chain(&old.model.tcp_backends);
     let new_backends = new.model.backends.iter().chain(&new.model.tcp_backends);
     for (ob, nb) in old_backends.zip(new_backends) {
+        if Arc::ptr_eq(ob, nb) {
+            continue;
+        }
         for (os, ns) in ob.servers.iter().zip(&nb.servers) {
             if os == ns {
                 continue;
@@ -474,6 +552,9 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
         (SNI_MAP, &old.model.maps.sni, &new.model.maps.sni),
     ];
     for (map, old_entries, new_entries) in pairs {
+        if old_entries == new_entries {
+            continue;
+        }
         let a: BTreeMap<&str, &str> = old_entries
             .iter()
             .map(|e| (e.key.as_str(), e.value.as_str()))
@@ -679,6 +760,19 @@ mod tests {
         annotations: &serde_json::Value,
         with_api: bool,
     ) -> Applied {
+        let store = Store::from_objects(objects(paths, ips, annotations, with_api));
+        let p = pipeline();
+        let out = p.run(&store).unwrap();
+        Applied::new(out.model, out.rendered, &p.renderer)
+    }
+
+    /// The objects of [`cluster`].
+    fn objects(
+        paths: &[&str],
+        ips: &[&str],
+        annotations: &serde_json::Value,
+        with_api: bool,
+    ) -> Vec<Object> {
         let objects = vec![
             json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
                    "metadata": {"name": "i", "namespace": "ns"},
@@ -695,11 +789,67 @@ mod tests {
                    "addressType": "IPv4", "ports": [{"port": 8080}],
                    "endpoints": ips.iter().map(|ip| json!({"addresses": [ip]})).collect::<Vec<_>>()}),
         ];
-        let store =
-            Store::from_objects(objects.into_iter().map(|v| Object::from_value(v).unwrap()));
+        objects
+            .into_iter()
+            .map(|v| Object::from_value(v).unwrap())
+            .collect()
+    }
+
+    /// A configuration made following the previous one shares its structure when only
+    /// runtime parts changed, and plans as one made from scratch; a structural change or
+    /// other templates give a new structure.
+    #[test]
+    fn following_configurations_share_what_did_not_change() {
         let p = pipeline();
-        let out = p.run(&store).unwrap();
-        Applied::new(out.model, out.rendered, &p.renderer)
+        let applied = |objects: Vec<Object>, previous: Option<&Applied>| {
+            let out = p.run(&Store::from_objects(objects)).unwrap();
+            let fresh = Applied::new(
+                out.model.clone(),
+                out.rendered.clone(),
+                &pipeline().renderer,
+            );
+            (
+                Applied::following(out.model, out.rendered, &p.renderer, previous),
+                fresh,
+            )
+        };
+        let none = json!({});
+        let (a, _) = applied(
+            objects(&["/"], &["10.0.0.1", "10.0.0.2"], &none, false),
+            None,
+        );
+        let (moved, fresh) = applied(
+            objects(&["/"], &["10.0.0.1", "10.0.0.3"], &none, false),
+            Some(&a),
+        );
+        assert!(Arc::ptr_eq(&a.structure, &moved.structure));
+        assert_eq!(moved.structure, fresh.structure);
+        assert_eq!(plan(&a, &moved), plan(&a, &fresh));
+        assert!(!plan(&a, &moved).commands.is_empty());
+
+        let timeout = json!({"haproxy.org/timeout-server": "7s"});
+        let (slower, fresh) = applied(
+            objects(&["/"], &["10.0.0.1", "10.0.0.3"], &timeout, false),
+            Some(&moved),
+        );
+        assert_eq!(slower.structure, fresh.structure);
+        assert!(slower.structure.contains("timeout server 7000"));
+        assert_eq!(plan(&moved, &slower), plan(&moved, &fresh));
+        assert!(!plan(&moved, &slower).reload_reasons.is_empty());
+
+        // The same model under other templates: a new structure.
+        let site = tempfile::tempdir().unwrap();
+        std::fs::create_dir(site.path().join("parts")).unwrap();
+        std::fs::write(site.path().join("parts/stats.j2"), "# no stats\n").unwrap();
+        let other = Renderer::load(Some(site.path())).unwrap();
+        let again = Applied::following(
+            slower.model.clone(),
+            slower.rendered.clone(),
+            &other,
+            Some(&slower),
+        );
+        assert!(again.structure.contains("# no stats"));
+        assert_ne!(again.structure, slower.structure);
     }
 
     fn plan_between(a: &Applied, b: &Applied) -> Plan {

@@ -112,48 +112,6 @@ struct Remembered {
 /// it read; more only while those change back and forth).
 const TEXTS_PER_BACKEND: usize = 4;
 
-/// The model without its backends: what every section may read besides its own backend.
-/// Naming every field makes a new field a compile error here. (Grouped: tuples compare up to
-/// twelve elements.)
-fn rest_of(model: &Model) -> impl serde::Serialize + PartialEq + '_ {
-    let Model {
-        version,
-        listen,
-        runtime_socket,
-        global,
-        maps,
-        frontend_rules,
-        redirect_codes,
-        backends: _,
-        default_backend,
-        tls,
-        peers,
-        tcp,
-        tcp_backends,
-        userlists,
-        errorfiles,
-    } = model;
-    (
-        (
-            version,
-            listen,
-            runtime_socket,
-            global,
-            maps,
-            frontend_rules,
-        ),
-        (
-            redirect_codes,
-            default_backend,
-            tls,
-            peers,
-            tcp,
-            tcp_backends,
-        ),
-        (userlists, errorfiles),
-    )
-}
-
 /// Whether two models are equal but for their backends' contents (same backends by name, in
 /// the same order).
 fn same_but_backends(a: &Model, b: &Model) -> bool {
@@ -162,7 +120,7 @@ fn same_but_backends(a: &Model, b: &Model) -> bool {
             .iter()
             .zip(&b.backends)
             .all(|(x, y)| x.name == y.name)
-        && rest_of(a) == rest_of(b)
+        && a.without_backends() == b.without_backends()
 }
 
 /// One render in progress, reachable from template functions through [`SCOPE_VAR`].

@@ -130,6 +130,8 @@ impl RenderedConfig {
 /// Compiled templates.
 #[derive(Debug)]
 pub struct Renderer {
+    /// Tells renderers apart (see [`Renderer::id`]).
+    id: u64,
     env: Environment<'static>,
     templates: Vec<SourceFile>,
     /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
@@ -180,7 +182,9 @@ impl Renderer {
             });
         }
         if errors.is_empty() {
+            static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
             Ok(Self {
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 env,
                 templates: files,
                 last_config: std::sync::Mutex::new(None),
@@ -190,6 +194,11 @@ impl Renderer {
         } else {
             Err(errors)
         }
+    }
+
+    /// Unique to this renderer in the process: the same id, the same templates.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The effective template files.
