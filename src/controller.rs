@@ -147,8 +147,9 @@ struct StatusInner {
     site_error: Option<String>,
     last_outcome: Option<String>,
     diagnostics: usize,
-    config: Option<String>,
-    model: Option<String>,
+    /// The configuration last applied, for `/debug/config` and `/debug/model`: shown (redacted,
+    /// serialized) on request, since at 10 000 Ingresses that is tens of megabytes of text.
+    applied: Option<(crate::model::Model, crate::render::RenderedConfig)>,
     /// The cluster source's watches and leadership, when running against a cluster.
     cluster: Option<serde_json::Value>,
 }
@@ -200,11 +201,16 @@ impl AdminState for Status {
     }
 
     fn config(&self) -> Option<String> {
-        self.inner.read().ok().and_then(|i| i.config.clone())
+        let rendered = self.inner.read().ok()?.applied.as_ref()?.1.clone();
+        Some(crate::translate::auth::redact_config(
+            rendered.haproxy_cfg(),
+        ))
     }
 
     fn model(&self) -> Option<String> {
-        self.inner.read().ok().and_then(|i| i.model.clone())
+        let model = self.inner.read().ok()?.applied.as_ref()?.0.clone();
+        // Without password hashes (basic-auth userlists).
+        serde_json::to_string_pretty(&crate::translate::auth::redacted(&model)).ok()
     }
 }
 
@@ -516,10 +522,6 @@ async fn apply_output(
         result = applier.apply(next).await;
     }
     report_diagnostics(&output.diagnostics, metrics);
-    // Shown on the admin endpoint: without password hashes (basic-auth userlists).
-    let model_json = serde_json::to_string_pretty(&crate::translate::auth::redacted(&output.model))
-        .unwrap_or_default();
-    let config_text = crate::translate::auth::redact_config(output.rendered.haproxy_cfg());
     let diagnostics = output.diagnostics.len();
     metrics
         .apply_duration
@@ -550,9 +552,17 @@ async fn apply_output(
                     .unwrap_or_default(),
             );
             metrics.ready.set(&[], 1.0);
-            metrics
-                .certificate_expiry
-                .replace_all(&certificate_expiry(&output.model));
+            // Reading every certificate's end date is worth it only when they changed.
+            let same_certificates = status.inner.read().ok().is_some_and(|i| {
+                i.applied
+                    .as_ref()
+                    .is_some_and(|(m, _)| Arc::ptr_eq(&m.tls, &output.model.tls))
+            });
+            if !same_certificates {
+                metrics
+                    .certificate_expiry
+                    .replace_all(&certificate_expiry(&output.model));
+            }
             status.update(|s| {
                 s.ready = true;
                 s.last_error = None;
@@ -560,8 +570,7 @@ async fn apply_output(
                     s.last_outcome = Some(text);
                 }
                 s.diagnostics = diagnostics;
-                s.config = Some(config_text);
-                s.model = Some(model_json);
+                s.applied = Some((output.model.clone(), output.rendered.clone()));
             });
         }
         Err(ApplyError::Start(e)) => return Err(RunError::HaproxyStart(e.to_string())),

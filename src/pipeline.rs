@@ -107,7 +107,7 @@ impl Pipeline {
         let translation = translate::translate(store, &self.config, &self.policy, inputs);
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {
-            share_unchanged_backends(&mut model, &previous.output.model);
+            share_unchanged_parts(&mut model, &previous.output.model);
         }
         let rendered = self.renderer.render(&model)?;
         let output = Output {
@@ -179,8 +179,9 @@ impl Pipeline {
 }
 
 /// Makes every backend of `model` that equals the one of the same name in `previous` that one
-/// (shared), so that what compares or fingerprints backends later finds them unchanged at once.
-fn share_unchanged_backends(model: &mut Model, previous: &Model) {
+/// (shared), and so the maps and the certificates, so that what compares or fingerprints them
+/// later (the renderer, the planner) finds them unchanged at once.
+fn share_unchanged_parts(model: &mut Model, previous: &Model) {
     fn share(list: &mut [Arc<Backend>], previous: &[Arc<Backend>]) {
         for b in list {
             if let Ok(i) = previous.binary_search_by(|p| p.name.cmp(&b.name)) {
@@ -192,4 +193,10 @@ fn share_unchanged_backends(model: &mut Model, previous: &Model) {
     }
     share(&mut model.backends, &previous.backends);
     share(&mut model.tcp_backends, &previous.tcp_backends);
+    if model.maps == previous.maps {
+        model.maps = previous.maps.clone();
+    }
+    if model.tls == previous.tls {
+        model.tls = previous.tls.clone();
+    }
 }

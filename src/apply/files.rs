@@ -40,8 +40,15 @@ fn save_owned(dir: &Path, names: &BTreeSet<String>) -> std::io::Result<()> {
 }
 
 /// Writes every file of `config` under `dir` whose content differs from what is there:
-/// temporary file, fsync, rename, then fsync of the directory. Returns the files written.
-pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<String>, FilesError> {
+/// temporary file, fsync, rename, then fsync of the directory. `known` is what the last call
+/// wrote: a file with the same content there and the same size on disk is taken as unchanged
+/// without reading it (at 10 000 Ingresses haproxy.cfg alone is 20 MB). Returns the files
+/// written.
+pub fn write_atomically(
+    dir: &Path,
+    config: &RenderedConfig,
+    known: Option<&RenderedConfig>,
+) -> Result<Vec<String>, FilesError> {
     let mut written = Vec::new();
     let mut dirs = BTreeSet::new();
     // Record ownership before writing, so a crash in between never leaves an unlisted file.
@@ -66,7 +73,11 @@ pub fn write_atomically(dir: &Path, config: &RenderedConfig) -> Result<Vec<Strin
     ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
     for (name, bytes) in ordered {
         let path = dir.join(name);
-        if std::fs::read(&path).is_ok_and(|old| *old == **bytes) {
+        let written_before = known
+            .and_then(|k| k.files().get(name))
+            .is_some_and(|before| before == bytes)
+            && std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64);
+        if written_before || std::fs::read(&path).is_ok_and(|old| *old == **bytes) {
             continue;
         }
         let err = |source| FilesError::Write {
@@ -154,14 +165,42 @@ mod tests {
             ("certs/ns_old.pem", "old"),
             ("maps/exact.map", ""),
         ]);
-        write_atomically(dir.path(), &first).unwrap();
+        write_atomically(dir.path(), &first, None).unwrap();
         std::fs::write(dir.path().join("certs/operator.pem"), "theirs").unwrap();
         let second = RenderedConfig::from_files([("haproxy.cfg", "b"), ("maps/exact.map", "")]);
-        write_atomically(dir.path(), &second).unwrap();
+        write_atomically(dir.path(), &second, Some(&first)).unwrap();
         let removal = remove_unreferenced(dir.path(), |n| second.files().contains_key(n));
         assert_eq!(removal.removed, ["certs/ns_old.pem"]);
         assert_eq!(removal.foreign, ["certs/operator.pem"]);
         assert!(dir.path().join("certs/operator.pem").exists());
         assert!(dir.path().join("maps/exact.map").exists());
+    }
+
+    /// Files written before are not written again, unless the disk no longer holds them.
+    #[test]
+    fn files_written_before_are_skipped_unless_changed_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = RenderedConfig::from_files([
+            ("haproxy.cfg", "global\n"),
+            ("maps/exact.map", "a.com/ web\n"),
+            ("maps/prefix.map", "a.com/ web\n"),
+        ]);
+        assert_eq!(
+            write_atomically(dir.path(), &config, None).unwrap().len(),
+            3
+        );
+        assert!(
+            write_atomically(dir.path(), &config, Some(&config))
+                .unwrap()
+                .is_empty()
+        );
+        std::fs::remove_file(dir.path().join("maps/exact.map")).unwrap();
+        std::fs::write(dir.path().join("haproxy.cfg"), "changed by hand\n").unwrap();
+        let written = write_atomically(dir.path(), &config, Some(&config)).unwrap();
+        assert_eq!(written, ["maps/exact.map", "haproxy.cfg"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("haproxy.cfg")).unwrap(),
+            "global\n"
+        );
     }
 }

@@ -87,6 +87,9 @@ pub struct Applier {
     /// runtime API then brought it to. Not updated by the runtime part of a configuration
     /// that could not be loaded.
     loaded: Option<crate::render::RenderedConfig>,
+    /// The files last written to the configuration directory, so that unchanged ones are
+    /// not read back to be compared.
+    written: Option<crate::render::RenderedConfig>,
 }
 
 impl Applier {
@@ -106,6 +109,7 @@ impl Applier {
             running: None,
             owed_reload: None,
             loaded: None,
+            written: None,
         }
     }
 
@@ -179,7 +183,7 @@ impl Applier {
             }
         }
         // The disk follows, so that any later reload starts from the same state.
-        files::write_atomically(&self.config_dir, &new.rendered)?;
+        self.write_files(&new.rendered)?;
         self.loaded = Some(new.rendered.clone());
         let mut running = new;
         if let Some(tls) = plan.running_tls {
@@ -210,7 +214,7 @@ impl Applier {
             }
             Err(e) => return Err(ApplyError::Check(e)),
         }
-        files::write_atomically(&self.config_dir, &new.rendered)?;
+        self.write_files(&new.rendered)?;
         let config = self.config_dir.join(CONFIG_FILE);
         let result = match &mut self.supervision {
             Supervision::Managed {
@@ -257,6 +261,14 @@ impl Applier {
         }
         self.running = Some(new);
         Ok(Outcome::Reloaded { reasons })
+    }
+
+    /// Writes the files of `rendered` that differ from what the directory holds.
+    fn write_files(&mut self, rendered: &crate::render::RenderedConfig) -> Result<(), ApplyError> {
+        let known = self.written.take();
+        files::write_atomically(&self.config_dir, rendered, known.as_ref())?;
+        self.written = Some(rendered.clone());
+        Ok(())
     }
 
     /// Removes the files Portcullis wrote that neither the configuration on disk
