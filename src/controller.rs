@@ -345,7 +345,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(source.input(), &pipeline, run_inputs(&applier)).await {
+                match compute(source.input(), &pipeline, run_inputs(&applier), &metrics).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
@@ -365,7 +365,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         // Results of the scripts that did not change stay valid.
                         candidate.policy.keep_memo_of(&pipeline.policy);
                         let candidate = Arc::new(candidate);
-                        match compute(source.input(), &candidate, run_inputs(&applier)).await {
+                        match compute(source.input(), &candidate, run_inputs(&applier), &metrics).await {
                             Ok((output, _)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
@@ -453,12 +453,27 @@ fn unix_now() -> Option<i64> {
         .and_then(|d| i64::try_from(d.as_secs()).ok())
 }
 
+/// Runs the pipeline on the source's input, off the async threads, counting the run by path.
 async fn compute(
     input: SourceInput,
     pipeline: &Arc<Pipeline>,
     inputs: RunInputs,
+    metrics: &Arc<Metrics>,
 ) -> Result<(Output, Option<Arc<Store>>), String> {
     let p = pipeline.clone();
+    let metrics = metrics.clone();
+    // Runs of one pipeline are sequential, so its endpoint-run count tells how this one went.
+    let run = move |store: &Store| {
+        let before = p.endpoint_only_runs();
+        let output = p.run_with(store, &inputs).map_err(|e| e.to_string());
+        let path = if p.endpoint_only_runs() > before {
+            "endpoints"
+        } else {
+            "full"
+        };
+        metrics.pipeline_runs.inc(&[path]);
+        output
+    };
     tokio::task::spawn_blocking(move || match input {
         SourceInput::Files(dir, cache, store) => {
             let loaded = files::load_dir_cached(&dir, &cache).map_err(|e| e.to_string())?;
@@ -466,14 +481,14 @@ async fn compute(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             store.sync_to(loaded.objects);
-            let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
+            let mut output = run(&store)?;
             let mut diagnostics = loaded.diagnostics.into_sorted();
             diagnostics.append(&mut output.diagnostics);
             output.diagnostics = diagnostics;
             Ok((output, None))
         }
         SourceInput::Store(store, mut diagnostics) => {
-            let mut output = p.run_with(&store, &inputs).map_err(|e| e.to_string())?;
+            let mut output = run(&store)?;
             diagnostics.append(&mut output.diagnostics);
             output.diagnostics = diagnostics;
             Ok((output, Some(Arc::new(*store))))

@@ -257,6 +257,8 @@ pub struct Metrics {
     pub input_diagnostics: GaugeVec,
     /// `portcullis_applies_total{outcome}`, outcome = `runtime`, `reload`, `unchanged` or `failed`.
     pub applies: CounterVec,
+    /// `portcullis_pipeline_runs_total{path}`, path = `full` or `endpoints`.
+    pub pipeline_runs: CounterVec,
     /// `portcullis_last_applied_timestamp_seconds`
     pub last_applied_timestamp: GaugeVec,
     /// `portcullis_ready`, 1 or 0.
@@ -339,6 +341,11 @@ impl Metrics {
                 "Configuration applies, by outcome (runtime, reload, unchanged, failed).",
                 &["outcome"],
             ),
+            pipeline_runs: r.counter_vec(
+                "portcullis_pipeline_runs_total",
+                "Pipeline runs, by path (full, or endpoints: only the backends of changed endpoints redone).",
+                &["path"],
+            ),
             last_applied_timestamp: r.gauge_vec(
                 "portcullis_last_applied_timestamp_seconds",
                 "Unix time of the last successful apply.",
@@ -392,6 +399,9 @@ impl Metrics {
         }
         for outcome in ["runtime", "reload", "unchanged", "failed"] {
             m.applies.init(&[outcome]);
+        }
+        for path in ["full", "endpoints"] {
+            m.pipeline_runs.init(&[path]);
         }
         for severity in ["warning", "error"] {
             m.input_diagnostics.set(&[severity], 0.0);

@@ -311,6 +311,11 @@ fn endpoint_scaling_without_reloads() {
         assert_eq!(h.answering("pool.example.com", "/", requests), want);
         assert_eq!(h.reloads(), start, "after going to {ready:?}");
     }
+    // Those runs redid only the pool's backend (four steps changed the endpoints); the first
+    // run was a full one.
+    let endpoint_runs = h.metric("portcullis_pipeline_runs_total{path=\"endpoints\"}");
+    assert!(endpoint_runs >= 4.0, "endpoint-path runs: {endpoint_runs}");
+    assert!(h.metric("portcullis_pipeline_runs_total{path=\"full\"}") >= 1.0);
     // With no ready endpoint, the terminating ones that still serve take over...
     const SERVING: &str = "{ready: false, serving: true, terminating: true}";
     const GONE: &str = "{ready: false, serving: false, terminating: true}";
