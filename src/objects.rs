@@ -205,6 +205,24 @@ pub enum ParseError {
 }
 
 impl Object {
+    /// The address of the shared object: tells apart objects held at the same time without
+    /// comparing them (two held objects never share one).
+    pub fn address(&self) -> usize {
+        fn of<T>(o: &std::sync::Arc<T>) -> usize {
+            std::sync::Arc::as_ptr(o).cast::<()>() as usize
+        }
+        match self {
+            Object::Ingress(o) => of(o),
+            Object::IngressClass(o) => of(o),
+            Object::Service(o) => of(o),
+            Object::EndpointSlice(o) => of(o),
+            Object::Secret(o) => of(o),
+            Object::ConfigMap(o) => of(o),
+            Object::Pod(o) => of(o),
+            Object::Tcp(o) => of(o),
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Object::Ingress(_) => Kind::Ingress,

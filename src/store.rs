@@ -9,7 +9,7 @@
 //! [`Mark`] can tell what changed since (see [`Store::changes_since`]): the pipeline uses it to
 //! redo only the backends whose endpoints moved.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -95,6 +95,29 @@ pub struct Store {
     config_maps: BTreeMap<Key, Arc<ConfigMap>>,
     pods: BTreeMap<Key, Arc<Pod>>,
     tcps: BTreeMap<Key, Arc<Tcp>>,
+    /// The address of every object held (see [`Object::address`]), so that [`Store::sync_to`]
+    /// recognizes the objects it holds already without looking at their keys.
+    addresses: HashSet<usize>,
+}
+
+/// The address of a held object, as [`Object::address`] gives it.
+fn address_of<T>(o: &Arc<T>) -> usize {
+    Arc::as_ptr(o).cast::<()>() as usize
+}
+
+/// Inserts `o` under `key` in `map`, keeping `addresses` in step.
+fn put<T>(map: &mut BTreeMap<Key, Arc<T>>, addresses: &mut HashSet<usize>, key: Key, o: Arc<T>) {
+    addresses.insert(address_of(&o));
+    if let Some(old) = map.insert(key, o) {
+        addresses.remove(&address_of(&old));
+    }
+}
+
+/// Removes `key` from `map`, keeping `addresses` in step.
+fn take<T>(map: &mut BTreeMap<Key, Arc<T>>, addresses: &mut HashSet<usize>, key: &Key) {
+    if let Some(old) = map.remove(key) {
+        addresses.remove(&address_of(&old));
+    }
 }
 
 impl Store {
@@ -128,16 +151,11 @@ impl Store {
         } else {
             self.journal.record(kind, &key, None);
         }
+        let a = &mut self.addresses;
         match object {
-            Object::Ingress(o) => {
-                self.ingresses.insert(key, o);
-            }
-            Object::IngressClass(o) => {
-                self.ingress_classes.insert(key, o);
-            }
-            Object::Service(o) => {
-                self.services.insert(key, o);
-            }
+            Object::Ingress(o) => put(&mut self.ingresses, a, key, o),
+            Object::IngressClass(o) => put(&mut self.ingress_classes, a, key, o),
+            Object::Service(o) => put(&mut self.services, a, key, o),
             Object::EndpointSlice(o) => {
                 self.unindex_slice(&key);
                 if let Some(service) = slice_service(&key, &o) {
@@ -146,20 +164,12 @@ impl Store {
                         .or_default()
                         .insert(key.clone());
                 }
-                self.endpoint_slices.insert(key, o);
+                put(&mut self.endpoint_slices, &mut self.addresses, key, o);
             }
-            Object::Secret(o) => {
-                self.secrets.insert(key, o);
-            }
-            Object::ConfigMap(o) => {
-                self.config_maps.insert(key, o);
-            }
-            Object::Pod(o) => {
-                self.pods.insert(key, o);
-            }
-            Object::Tcp(o) => {
-                self.tcps.insert(key, o);
-            }
+            Object::Secret(o) => put(&mut self.secrets, a, key, o),
+            Object::ConfigMap(o) => put(&mut self.config_maps, a, key, o),
+            Object::Pod(o) => put(&mut self.pods, a, key, o),
+            Object::Tcp(o) => put(&mut self.tcps, a, key, o),
         }
     }
 
@@ -167,22 +177,40 @@ impl Store {
     /// differs: an object equal to the one held is left alone, so the journal names only what
     /// changed (a manifest file rewritten with one object changed changes one object).
     pub fn sync_to(&mut self, objects: Vec<Object>) {
-        let mut wanted: BTreeMap<Kind, BTreeSet<Key>> = BTreeMap::new();
+        // The store entries the objects are (by address): an object held already (the same
+        // `Arc`, as a parse cache gives for an unchanged file) costs one lookup, not a key.
+        let mut covered: HashSet<usize> = HashSet::with_capacity(objects.len());
         for object in objects {
-            let (kind, key) = (object.kind(), object.key());
-            if !self.holds(&object, &key) {
-                self.upsert(object);
+            let address = object.address();
+            if self.addresses.contains(&address) {
+                covered.insert(address);
+                continue;
             }
-            wanted.entry(kind).or_default().insert(key);
+            let key = object.key();
+            match self.held_equal(&object, &key) {
+                Some(held) => {
+                    covered.insert(held);
+                }
+                None => {
+                    self.upsert(object);
+                    covered.insert(address);
+                }
+            }
         }
-        let none = BTreeSet::new();
+        // An object replaced by a later one of the same kind and key is no entry any more.
+        let kept = covered
+            .iter()
+            .filter(|a| self.addresses.contains(a))
+            .count();
+        if kept == self.addresses.len() {
+            return;
+        }
         let mut gone = Vec::new();
         for kind in Kind::ALL {
-            let keep = wanted.get(&kind).unwrap_or(&none);
             gone.extend(
-                self.keys(kind)
-                    .filter(|k| !keep.contains(*k))
-                    .map(|k| (kind, k.clone())),
+                self.entries(kind)
+                    .filter(|(_, address)| !covered.contains(address))
+                    .map(|(key, _)| (kind, key.clone())),
             );
         }
         for (kind, key) in gone {
@@ -190,11 +218,12 @@ impl Store {
         }
     }
 
-    /// Whether `object` is (equal to) the one held under `key`.
-    fn holds(&self, object: &Object, key: &Key) -> bool {
-        fn same<T: PartialEq>(map: &BTreeMap<Key, Arc<T>>, key: &Key, o: &Arc<T>) -> bool {
+    /// The address of the object held under `key` when it is equal to `object`.
+    fn held_equal(&self, object: &Object, key: &Key) -> Option<usize> {
+        fn same<T: PartialEq>(map: &BTreeMap<Key, Arc<T>>, key: &Key, o: &Arc<T>) -> Option<usize> {
             map.get(key)
-                .is_some_and(|held| Arc::ptr_eq(held, o) || **held == **o)
+                .filter(|held| Arc::ptr_eq(held, o) || ***held == **o)
+                .map(address_of)
         }
         match object {
             Object::Ingress(o) => same(&self.ingresses, key, o),
@@ -208,17 +237,20 @@ impl Store {
         }
     }
 
-    /// The keys held of one kind.
-    fn keys(&self, kind: Kind) -> Box<dyn Iterator<Item = &Key> + '_> {
+    /// The keys and addresses of the objects held of one kind.
+    fn entries(&self, kind: Kind) -> Box<dyn Iterator<Item = (&Key, usize)> + '_> {
+        fn of<T>(map: &BTreeMap<Key, Arc<T>>) -> Box<dyn Iterator<Item = (&Key, usize)> + '_> {
+            Box::new(map.iter().map(|(k, o)| (k, address_of(o))))
+        }
         match kind {
-            Kind::Ingress => Box::new(self.ingresses.keys()),
-            Kind::IngressClass => Box::new(self.ingress_classes.keys()),
-            Kind::Service => Box::new(self.services.keys()),
-            Kind::EndpointSlice => Box::new(self.endpoint_slices.keys()),
-            Kind::Secret => Box::new(self.secrets.keys()),
-            Kind::ConfigMap => Box::new(self.config_maps.keys()),
-            Kind::Pod => Box::new(self.pods.keys()),
-            Kind::Tcp => Box::new(self.tcps.keys()),
+            Kind::Ingress => of(&self.ingresses),
+            Kind::IngressClass => of(&self.ingress_classes),
+            Kind::Service => of(&self.services),
+            Kind::EndpointSlice => of(&self.endpoint_slices),
+            Kind::Secret => of(&self.secrets),
+            Kind::ConfigMap => of(&self.config_maps),
+            Kind::Pod => of(&self.pods),
+            Kind::Tcp => of(&self.tcps),
         }
     }
 
@@ -229,18 +261,19 @@ impl Store {
             .flatten()
             .and_then(|o| slice_service(key, o));
         self.journal.record(kind, key, service);
+        let a = &mut self.addresses;
         match kind {
-            Kind::Ingress => drop(self.ingresses.remove(key)),
-            Kind::IngressClass => drop(self.ingress_classes.remove(key)),
-            Kind::Service => drop(self.services.remove(key)),
+            Kind::Ingress => take(&mut self.ingresses, a, key),
+            Kind::IngressClass => take(&mut self.ingress_classes, a, key),
+            Kind::Service => take(&mut self.services, a, key),
             Kind::EndpointSlice => {
                 self.unindex_slice(key);
-                self.endpoint_slices.remove(key);
+                take(&mut self.endpoint_slices, &mut self.addresses, key);
             }
-            Kind::Secret => drop(self.secrets.remove(key)),
-            Kind::ConfigMap => drop(self.config_maps.remove(key)),
-            Kind::Pod => drop(self.pods.remove(key)),
-            Kind::Tcp => drop(self.tcps.remove(key)),
+            Kind::Secret => take(&mut self.secrets, a, key),
+            Kind::ConfigMap => take(&mut self.config_maps, a, key),
+            Kind::Pod => take(&mut self.pods, a, key),
+            Kind::Tcp => take(&mut self.tcps, a, key),
         }
     }
 
@@ -426,5 +459,39 @@ mod tests {
         assert_eq!(store.changes_since(mark).unwrap().count(), 0);
         store.sync_to(vec![slice("a-3", "b")]);
         assert_eq!(store.changes_since(mark).unwrap().count(), 3);
+    }
+
+    /// Whatever objects are held and however the list repeats them, syncing to a list holds
+    /// what a store built from that list holds (the last of the same kind and key wins).
+    #[test]
+    fn syncing_holds_what_building_from_the_list_holds() {
+        let (a, b) = (Key::new("ns", "a"), Key::new("ns", "b"));
+        let names = |store: &Store, service: &Key| -> Vec<String> {
+            store
+                .endpoint_slices_of(service)
+                .map(|s| s.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        let (a1, a1_to_b, a2) = (slice("a-1", "a"), slice("a-1", "b"), slice("a-2", "a"));
+        let lists: [Vec<Object>; 6] = [
+            vec![a1.clone(), a2.clone()],
+            vec![a1.clone(), a1_to_b.clone()],
+            vec![a1_to_b, a1.clone(), a2.clone()],
+            vec![slice("a-1", "a"), a2.clone(), a2.clone()],
+            vec![a2],
+            vec![],
+        ];
+        let mut store = Store::from_objects([a1, slice("a-3", "b")]);
+        for _ in 0..2 {
+            for list in &lists {
+                store.sync_to(list.clone());
+                let built = Store::from_objects(list.clone());
+                assert_eq!(store.len(), built.len(), "{list:?}");
+                for service in [&a, &b] {
+                    assert_eq!(names(&store, service), names(&built, service), "{list:?}");
+                }
+                assert_eq!(store.addresses.len(), store.len());
+            }
+        }
     }
 }

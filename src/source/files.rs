@@ -3,7 +3,7 @@
 //! This is how Portcullis runs with no cluster. A malformed document is reported with its file
 //! and document index; every other document still loads.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
@@ -34,13 +34,76 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
 }
 
 /// One document's outcome: (document index, object or why not).
-type Parsed = Vec<(usize, Result<Object, String>)>;
+type Parsed = Vec<(usize, Result<(Kind, Key, Object), String>)>;
 
 /// The parsed documents of each file, by a fingerprint of its content: `run` reads the whole
-/// directory on every change, and a file whose bytes did not change is not parsed again.
-#[derive(Debug, Default)]
+/// directory on every change, and a file whose bytes did not change is not parsed again. A
+/// file whose [`Stamp`] did not change since it was read, long enough after its last change,
+/// is not even read again.
+#[derive(Debug)]
 pub struct ParseCache {
-    files: std::sync::Mutex<std::collections::HashMap<PathBuf, (u128, std::sync::Arc<Parsed>)>>,
+    files: std::sync::Mutex<HashMap<PathBuf, Cached>>,
+    /// How long before it is read a file must have last changed for its stamp to vouch for
+    /// its content.
+    margin: std::time::Duration,
+}
+
+impl Default for ParseCache {
+    fn default() -> Self {
+        Self {
+            files: std::sync::Mutex::default(),
+            margin: std::time::Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Cached {
+    fingerprint: u128,
+    parsed: std::sync::Arc<Parsed>,
+    /// The file's stamp when it was read, when it can vouch for the content (see [`Stamp`]).
+    stamp: Option<Stamp>,
+}
+
+/// What `stat` says of a file. Writing a file, replacing it (a rename, a ConfigMap volume's
+/// `..data` swap) or touching it sets its status-change time (ctime) to the present, which
+/// nothing can set back. So a file read when its ctime was already past by more than the
+/// clock's coarseness, and whose stamp is the same now, still has the content read then. One
+/// changed within that margin before it was read is read again next time (as git does with
+/// "racily clean" files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    device: u64,
+    inode: u64,
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+impl Stamp {
+    /// The file's stamp, when reading it now lets the stamp vouch for its content later.
+    fn vouching(metadata: &std::fs::Metadata, margin: std::time::Duration) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let stamp = Self::of(metadata);
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(metadata.ctime()).ok()?,
+                u32::try_from(metadata.ctime_nsec()).ok()?,
+            );
+        let settled = changed + margin < std::time::SystemTime::now();
+        settled.then_some(stamp)
+    }
+
+    fn of(metadata: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Self {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            len: metadata.len(),
+            modified: (metadata.mtime(), metadata.mtime_nsec()),
+            changed: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
 }
 
 /// [`load_dir`], parsing only files whose content is not in `cache`.
@@ -50,7 +113,7 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
     files.sort();
     let mut loaded = Loaded::default();
     // The last definition of a kind/namespace/name wins, with a warning naming both places.
-    let mut seen: BTreeMap<(Kind, Key), String> = BTreeMap::new();
+    let mut parsed_files = Vec::new();
     let mut cached = cache.files.lock().unwrap_or_else(|e| e.into_inner());
     cached.retain(|path, _| files.contains(path));
     for file in files {
@@ -59,6 +122,14 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
             .unwrap_or(&file)
             .display()
             .to_string();
+        // Stat first: a change between the stat and the read only makes the stamp older.
+        let metadata = std::fs::metadata(&file).ok();
+        if let (Some(metadata), Some(entry)) = (&metadata, cached.get(&file)) {
+            if entry.stamp == Some(Stamp::of(metadata)) {
+                parsed_files.push((display, entry.parsed.clone()));
+                continue;
+            }
+        }
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) => {
@@ -71,41 +142,65 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
                 continue;
             }
         };
-        let key = crate::fingerprint::of_bytes(text.as_bytes());
+        let fingerprint = crate::fingerprint::of_bytes(text.as_bytes());
         let parsed = match cached.get(&file) {
-            Some((k, parsed)) if *k == key => parsed.clone(),
-            _ => {
-                let parsed = std::sync::Arc::new(parse_file(&file, &text));
-                cached.insert(file.clone(), (key, parsed.clone()));
-                parsed
-            }
+            Some(entry) if entry.fingerprint == fingerprint => entry.parsed.clone(),
+            _ => std::sync::Arc::new(parse_file(&file, &text)),
         };
-        for (index, outcome) in parsed.iter() {
-            let place = format!("{display} (document {index})");
-            match outcome {
-                Ok(object) => {
-                    let id = (object.kind(), object.key());
-                    if let Some(previous) = seen.insert(id, place.clone()) {
-                        loaded.diagnostics.push(Diagnostic {
-                            severity: Severity::Warning,
-                            subject: Subject::Object(object.object_ref()),
-                            field: None,
-                            message: format!(
-                                "defined twice; {place} replaces the one in {previous}"
-                            ),
-                        });
-                    }
-                    loaded.objects.push(object.clone());
-                }
-                Err(reason) => {
-                    loaded
-                        .diagnostics
-                        .push(document_error(&display, *index, reason.clone()));
-                }
-            }
-        }
+        let stamp = metadata
+            .as_ref()
+            .and_then(|m| Stamp::vouching(m, cache.margin));
+        cached.insert(
+            file.clone(),
+            Cached {
+                fingerprint,
+                parsed: parsed.clone(),
+                stamp,
+            },
+        );
+        parsed_files.push((display, parsed));
+    }
+    let mut seen: Seen = HashMap::with_capacity(parsed_files.iter().map(|(_, p)| p.len()).sum());
+    for (display, parsed) in &parsed_files {
+        add_documents(&mut loaded, &mut seen, display, parsed);
     }
     Ok(loaded)
+}
+
+/// Where each object was defined: file (as messages name it) and document index.
+type Seen<'a> = HashMap<(Kind, &'a Key), (&'a str, usize)>;
+
+/// Adds the documents of one file: its objects, and an error for each document that is not
+/// one. The last definition of a kind/namespace/name wins, with a warning naming both places.
+fn add_documents<'a>(
+    loaded: &mut Loaded,
+    seen: &mut Seen<'a>,
+    display: &'a str,
+    parsed: &'a Parsed,
+) {
+    for (index, outcome) in parsed {
+        match outcome {
+            Ok((kind, key, object)) => {
+                if let Some((file_before, index_before)) =
+                    seen.insert((*kind, key), (display, *index))
+                {
+                    loaded.diagnostics.push(Diagnostic {
+                        severity: Severity::Warning,
+                        subject: Subject::Object(object.object_ref()),
+                        field: None,
+                        message: format!(
+                            "defined twice; {display} (document {index}) replaces the one in \
+                             {file_before} (document {index_before})"
+                        ),
+                    });
+                }
+                loaded.objects.push(object.clone());
+            }
+            Err(reason) => loaded
+                .diagnostics
+                .push(document_error(display, *index, reason.clone())),
+        }
+    }
 }
 
 /// Every document of one file: objects, and why the others are not.
@@ -123,7 +218,7 @@ fn parse_file(file: &Path, text: &str) -> Parsed {
         };
         for value in values {
             match Object::from_value(value) {
-                Ok(object) => out.push((index, Ok(object))),
+                Ok(object) => out.push((index, Ok((object.kind(), object.key(), object)))),
                 Err(ParseError::UnsupportedKind(_)) => {}
                 Err(e) => out.push((index, Err(e.to_string()))),
             }
@@ -259,6 +354,47 @@ mod tests {
         let (objects, diags) = same(&cache);
         assert_eq!(objects, ["ns/c"]);
         assert!(diags.is_empty(), "{diags:?}");
+    }
+
+    /// With stamps vouching at once (no margin), files replaced by a rename with the same
+    /// size, rewritten with another size, or removed and written again are still seen.
+    #[test]
+    fn stamps_see_replaced_and_rewritten_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ParseCache {
+            margin: std::time::Duration::ZERO,
+            ..ParseCache::default()
+        };
+        let service = |name: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
+        };
+        let names = || -> Vec<String> {
+            let mut n: Vec<String> = load_dir_cached(dir.path(), &cache)
+                .unwrap()
+                .objects
+                .iter()
+                .map(|o| o.key().name)
+                .collect();
+            n.sort();
+            n
+        };
+        let replace = |file: &str, text: String| {
+            let tmp = dir.path().join(".tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, dir.path().join(file)).unwrap();
+        };
+        replace("a.yaml", service("a1"));
+        std::fs::write(dir.path().join("b.yaml"), service("b1")).unwrap();
+        assert_eq!(names(), ["a1", "b1"]);
+        assert_eq!(names(), ["a1", "b1"]);
+        replace("a.yaml", service("a2"));
+        assert_eq!(names(), ["a2", "b1"]);
+        std::fs::write(dir.path().join("b.yaml"), service("b-two")).unwrap();
+        assert_eq!(names(), ["a2", "b-two"]);
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        assert_eq!(names(), ["a2"]);
+        std::fs::write(dir.path().join("b.yaml"), service("b3")).unwrap();
+        assert_eq!(names(), ["a2", "b3"]);
     }
 
     #[test]
