@@ -226,6 +226,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let admin_socket = config.runtime_dir.join("admin.sock");
     let mut translate = config.translate.clone();
     translate.runtime_socket = Some(admin_socket.display().to_string());
+    let mut in_force = CertificatesInForce::default();
     let mut pipeline = Arc::new(Pipeline::load(
         config.scripts_dir.as_deref(),
         config.templates_dir.as_deref(),
@@ -345,7 +346,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(source.input(), &pipeline, run_inputs(&applier), &metrics).await {
+                match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
@@ -365,7 +366,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         // Results of the scripts that did not change stay valid.
                         candidate.policy.keep_memo_of(&pipeline.policy);
                         let candidate = Arc::new(candidate);
-                        match compute(source.input(), &candidate, run_inputs(&applier), &metrics).await {
+                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics).await {
                             Ok((output, _)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
@@ -428,21 +429,41 @@ async fn settle(
 
 /// Reads the source and runs the pipeline, off the async threads.
 /// The time, and the certificates HAProxy runs with (kept when a Secret update is invalid).
-fn run_inputs(applier: &Applier) -> RunInputs {
-    let previous_certificates = applier
-        .running()
-        .map(|r| {
-            r.model
-                .tls
-                .pem_files
-                .iter()
-                .filter_map(|p| Some((crate::translate::tls::secret_of_path(&p.path)?, p.clone())))
-                .collect()
-        })
-        .unwrap_or_default();
-    RunInputs {
-        now_unix: unix_now(),
-        previous_certificates,
+/// The certificates HAProxy holds, by Secret, for [`RunInputs`]: rebuilt only when they
+/// changed, since a large cluster holds thousands.
+#[derive(Debug, Default)]
+struct CertificatesInForce {
+    tls: Option<Arc<crate::model::Tls>>,
+    by_secret: Arc<std::collections::BTreeMap<crate::objects::Key, crate::model::PemFile>>,
+}
+
+impl CertificatesInForce {
+    fn inputs(&mut self, applier: &Applier) -> RunInputs {
+        let running = applier.running().map(|r| &r.model.tls);
+        let same = match (&self.tls, running) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            self.tls = running.cloned();
+            self.by_secret = Arc::new(
+                running
+                    .map(|tls| {
+                        tls.pem_files
+                            .iter()
+                            .filter_map(|p| {
+                                Some((crate::translate::tls::secret_of_path(&p.path)?, p.clone()))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            );
+        }
+        RunInputs {
+            now_unix: unix_now(),
+            previous_certificates: self.by_secret.clone(),
+        }
     }
 }
 

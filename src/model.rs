@@ -319,8 +319,9 @@ pub struct Backend {
     pub settings: BackendSettings,
     /// Route-scope settings of the routes that lead here, applied per route policy id.
     pub policies: Vec<RoutePolicy>,
-    /// `SRV_1..SRV_n`; `None` is an unused (disabled) slot.
-    pub servers: Vec<ServerSlot>,
+    /// `SRV_1..SRV_n`; `None` is an unused (disabled) slot. Shared: unchanged endpoints give
+    /// the same slots run after run.
+    pub servers: Arc<Vec<ServerSlot>>,
 }
 
 /// One server slot.

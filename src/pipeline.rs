@@ -22,6 +22,8 @@ pub struct Pipeline {
     last: Mutex<Option<LastRun>>,
     /// Runs that redid only the backends of changed endpoints.
     endpoint_runs: std::sync::atomic::AtomicU64,
+    /// Translation results kept across runs (server slots, certificate files).
+    memo: translate::memo::Memo,
 }
 
 #[derive(Debug)]
@@ -72,6 +74,7 @@ impl Pipeline {
             config,
             last: Mutex::new(None),
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
+            memo: translate::memo::Memo::default(),
         })
     }
 
@@ -104,7 +107,8 @@ impl Pipeline {
                 return Ok(output);
             }
         }
-        let translation = translate::translate(store, &self.config, &self.policy, inputs);
+        let translation =
+            translate::translate(store, &self.config, &self.policy, inputs, &self.memo);
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {
             share_unchanged_parts(&mut model, &previous.output.model);
@@ -155,8 +159,8 @@ impl Pipeline {
                     };
                     let servers =
                         translate::servers(store, service, port, list[i].settings.slots_block);
-                    if servers != list[i].servers {
-                        Arc::make_mut(&mut list[i]).servers = servers;
+                    if servers != *list[i].servers {
+                        Arc::make_mut(&mut list[i]).servers = Arc::new(servers);
                     }
                 }
             }

@@ -168,7 +168,10 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             continue;
         }
         let ob = Arc::make_mut(ob);
-        for (os, ns) in ob.servers.iter_mut().zip(&nb.servers) {
+        for (os, ns) in Arc::make_mut(&mut ob.servers)
+            .iter_mut()
+            .zip(nb.servers.iter())
+        {
             if os == ns {
                 continue;
             }
@@ -312,7 +315,7 @@ pub fn server_repairs(
 ) -> Vec<Command> {
     let mut plan = Plan::default();
     for backend in model.backends.iter().chain(&model.tcp_backends) {
-        for slot in &backend.servers {
+        for slot in backend.servers.iter() {
             let Some(actual) = state.get(&(backend.name.clone(), slot.name.clone())) else {
                 continue;
             };
@@ -382,7 +385,7 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
                     }
                 }
                 if b.servers.iter().any(|s| s.address.is_some() || s.port != 1) {
-                    for s in &mut Arc::make_mut(b).servers {
+                    for s in Arc::make_mut(&mut Arc::make_mut(b).servers).iter_mut() {
                         s.address = None;
                         s.port = 1;
                     }
@@ -503,7 +506,7 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
         if Arc::ptr_eq(ob, nb) {
             continue;
         }
-        for (os, ns) in ob.servers.iter().zip(&nb.servers) {
+        for (os, ns) in ob.servers.iter().zip(nb.servers.iter()) {
             if os == ns {
                 continue;
             }
@@ -555,35 +558,59 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
         if old_entries == new_entries {
             continue;
         }
-        let a: BTreeMap<&str, &str> = old_entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
-        let b: BTreeMap<&str, &str> = new_entries
-            .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
-            .collect();
-        for (key, value) in &b {
-            match a.get(key) {
-                None => plan.commands.push(Command::AddMap {
-                    map: map.to_string(),
-                    key: key.to_string(),
-                    value: value.to_string(),
-                }),
-                Some(old) if old != value => plan.commands.push(Command::SetMap {
-                    map: map.to_string(),
-                    key: key.to_string(),
-                    value: value.to_string(),
-                }),
-                Some(_) => {}
+        // Both walked side by side in key order.
+        let (a, b) = (sorted_entries(old_entries), sorted_entries(new_entries));
+        // Additions and changes first, then removals (as before this walk).
+        let mut removals = Vec::new();
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() || j < b.len() {
+            let order = match (a.get(i), b.get(j)) {
+                (Some(x), Some(y)) => x.0.cmp(y.0),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                _ => std::cmp::Ordering::Greater,
+            };
+            match order {
+                std::cmp::Ordering::Less => {
+                    removals.push(Command::DelMap {
+                        map: map.to_string(),
+                        key: a[i].0.to_string(),
+                    });
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    plan.commands.push(Command::AddMap {
+                        map: map.to_string(),
+                        key: b[j].0.to_string(),
+                        value: b[j].1.to_string(),
+                    });
+                    j += 1;
+                }
+                std::cmp::Ordering::Equal => {
+                    if a[i].1 != b[j].1 {
+                        plan.commands.push(Command::SetMap {
+                            map: map.to_string(),
+                            key: b[j].0.to_string(),
+                            value: b[j].1.to_string(),
+                        });
+                    }
+                    i += 1;
+                    j += 1;
+                }
             }
         }
-        for key in a.keys().filter(|k| !b.contains_key(*k)) {
-            plan.commands.push(Command::DelMap {
-                map: map.to_string(),
-                key: key.to_string(),
-            });
-        }
+        plan.commands.extend(removals);
+    }
+}
+
+/// A map's entries as (key, value) sorted by key, one per key. Translation writes them so;
+/// anything else is read into a sorted map first (the last entry of a key wins, as in
+/// HAProxy's file).
+fn sorted_entries(entries: &[MapEntry]) -> Vec<(&str, &str)> {
+    let pairs = entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+    if entries.windows(2).all(|w| w[0].key < w[1].key) {
+        pairs.collect()
+    } else {
+        pairs.collect::<BTreeMap<_, _>>().into_iter().collect()
     }
 }
 

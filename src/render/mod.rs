@@ -409,7 +409,8 @@ mod tests {
         let base = pipeline.run(&store).unwrap().model;
         assert!(base.backends.len() >= 30);
         let mut moved = base.clone();
-        let slot = &mut std::sync::Arc::make_mut(&mut moved.backends[3]).servers[0];
+        let backend = std::sync::Arc::make_mut(&mut moved.backends[3]);
+        let slot = &mut std::sync::Arc::make_mut(&mut backend.servers)[0];
         slot.address = Some("10.9.9.9".to_string());
         slot.port = 9999;
         (pipeline, base, moved)

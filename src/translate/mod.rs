@@ -9,6 +9,7 @@ pub mod backends;
 pub mod class;
 pub mod configmaps;
 pub mod cookies;
+pub mod memo;
 pub mod peers;
 pub mod routes;
 pub mod slots;
@@ -92,7 +93,8 @@ impl Default for TranslateConfig {
 #[derive(Debug, Clone, Default)]
 pub struct RunInputs {
     pub now_unix: Option<i64>,
-    pub previous_certificates: BTreeMap<Key, crate::model::PemFile>,
+    /// By Secret; shared, since a large cluster holds thousands and most runs change none.
+    pub previous_certificates: Arc<BTreeMap<Key, crate::model::PemFile>>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -160,15 +162,19 @@ struct BackendBuild {
     policies: BTreeMap<String, RouteSettings>,
 }
 
-/// Translates a snapshot into the model.
+/// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
+/// run (a fresh one gives the same translation).
 pub fn translate(
     store: &Store,
     config: &TranslateConfig,
     policy: &PolicyEngine,
     inputs: &RunInputs,
+    memo: &memo::Memo,
 ) -> Translation {
+    memo.begin_run();
     let mut t = Translator {
         store,
+        memo,
         config,
         inputs,
         policy,
@@ -256,6 +262,7 @@ pub fn translate(
 
 struct Translator<'a> {
     store: &'a Store,
+    memo: &'a memo::Memo,
     config: &'a TranslateConfig,
     inputs: &'a RunInputs,
     policy: &'a PolicyEngine,
@@ -716,10 +723,10 @@ impl<'a> Translator<'a> {
             .store
             .secret(key)
             .ok_or_else(|| "does not exist".to_string())?;
-        let pem = match tls::pem_file(key, secret) {
-            Ok(pem) => pem,
+        let (pem, end) = match self.memo.certificate(key, secret) {
+            (Ok(pem), end) => (pem, end),
             // An invalid update of a Secret whose certificate is in force: keep that one.
-            Err(e) => match self.previous_certificate(key) {
+            (Err(e), _) => match self.previous_certificate(key) {
                 Some(previous) => {
                     self.diags.object(
                         Severity::Error,
@@ -728,15 +735,17 @@ impl<'a> Translator<'a> {
                         format!("{e}; the previous certificate stays in force"),
                     );
                     // Named by its content: HAProxy may hold it under an older file name.
-                    crate::model::PemFile {
+                    let pem = crate::model::PemFile {
                         path: tls::file_path("certs", key, &previous.content),
                         content: previous.content.clone(),
-                    }
+                    };
+                    let end = tls::not_after(&pem.content);
+                    (pem, end)
                 }
                 None => return Err(e),
             },
         };
-        if let Some(end) = tls::not_after(&pem.content) {
+        if let Some(end) = end {
             if let Some(now) = self.inputs.now_unix {
                 if let Some(until) = expiry_message_stable_until(end, now) {
                     let soonest = self.reuse.stable_until.map_or(until, |u| u.min(until));
@@ -994,7 +1003,7 @@ impl<'a> Translator<'a> {
             &mut self.diags,
         );
 
-        let servers = servers(
+        let servers = self.memo.servers(
             self.store,
             &build.service,
             &build.port,
