@@ -521,10 +521,15 @@ impl Object for ModelView {
         if let Some(v) = self.fields.lock().ok()?.get(name) {
             return Some(v.clone());
         }
-        let v = if name == "backends" {
-            self.backends.clone()
-        } else {
-            visit_field(&self.model, name, ToValue)?
+        let v = match name {
+            "backends" => self.backends.clone(),
+            // `model.maps.sni` is read to know whether there is a passthrough frontend: the
+            // tens of thousands of routes in the other maps are converted only if read.
+            "maps" => Value::from_object(MapsView {
+                maps: self.model.maps.clone(),
+                fields: Mutex::new(HashMap::new()),
+            }),
+            _ => visit_field(&self.model, name, ToValue)?,
         };
         self.fields.lock().ok()?.insert(name, v.clone());
         Some(v)
@@ -532,6 +537,37 @@ impl Object for ModelView {
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
         Enumerator::Str(MODEL_FIELDS)
+    }
+}
+
+/// The routing maps as templates see them: each map converted when first read.
+#[derive(Debug)]
+struct MapsView {
+    maps: Arc<crate::model::RouteMaps>,
+    fields: Mutex<HashMap<&'static str, Value>>,
+}
+
+const MAPS_FIELDS: &[&str] = &["exact", "prefix", "ssl_redirect", "sni"];
+
+impl Object for MapsView {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let name = *MAPS_FIELDS.iter().find(|f| Some(**f) == key.as_str())?;
+        if let Some(v) = self.fields.lock().ok()?.get(name) {
+            return Some(v.clone());
+        }
+        let m = &self.maps;
+        let v = to_value(match name {
+            "exact" => &m.exact,
+            "prefix" => &m.prefix,
+            "ssl_redirect" => &m.ssl_redirect,
+            _ => &m.sni,
+        });
+        self.fields.lock().ok()?.insert(name, v.clone());
+        Some(v)
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Str(MAPS_FIELDS)
     }
 }
 

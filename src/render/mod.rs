@@ -486,6 +486,37 @@ mod tests {
         }
     }
 
+    /// The lazily converted maps read as the maps themselves: by field and as a whole.
+    #[test]
+    fn templates_read_the_maps_as_they_are() {
+        let (_, base, _) = synthetic_model_and_moved();
+        let site = tempfile::tempdir().unwrap();
+        std::fs::write(
+            site.path().join(ENTRY_TEMPLATE),
+            "{{ model.maps.exact|length }} {{ model.maps.prefix[0].key }}\n\
+             {% for k, v in model.maps|items %}{{ k }}={{ v|length }} {% endfor %}\n",
+        )
+        .unwrap();
+        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let cfg = renderer.render(&base).unwrap().haproxy_cfg().to_string();
+        let lines: Vec<&str> = cfg.lines().collect();
+        assert_eq!(
+            lines[0],
+            format!("{} {}", base.maps.exact.len(), base.maps.prefix[0].key)
+        );
+        let m = &base.maps;
+        assert_eq!(
+            lines[1].trim(),
+            format!(
+                "exact={} prefix={} ssl_redirect={} sni={}",
+                m.exact.len(),
+                m.prefix.len(),
+                m.ssl_redirect.len(),
+                m.sni.len()
+            )
+        );
+    }
+
     /// A patched configuration is the full rendering; a template that reads backends (but
     /// their names) outside `backend_section` gets full renderings. (Using a section other
     /// than by printing it makes a plain string, which the output guard refuses anyway.)
