@@ -427,10 +427,9 @@ async fn settle(
     while changes.try_recv().is_ok() {}
 }
 
-/// Reads the source and runs the pipeline, off the async threads.
-/// The time, and the certificates HAProxy runs with (kept when a Secret update is invalid).
-/// The certificates HAProxy holds, by Secret, for [`RunInputs`]: rebuilt only when they
-/// changed, since a large cluster holds thousands.
+/// The certificates HAProxy holds, by Secret, for [`RunInputs`] (a Secret updated with
+/// invalid data keeps the one in force): rebuilt only when they changed, since a large cluster
+/// holds thousands.
 #[derive(Debug, Default)]
 struct CertificatesInForce {
     tls: Option<Arc<crate::model::Tls>>,
@@ -438,6 +437,7 @@ struct CertificatesInForce {
 }
 
 impl CertificatesInForce {
+    /// What the next run knows besides the store: the time, and these certificates.
     fn inputs(&mut self, applier: &Applier) -> RunInputs {
         let running = applier.running().map(|r| &r.model.tls);
         let same = match (&self.tls, running) {
