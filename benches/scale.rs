@@ -191,7 +191,7 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
         // scripts), then the run: what `run` does when a site script changes.
         let t = Instant::now();
         let mut reloaded = load(Some(site.path()));
-        reloaded.policy.keep_memo_of(&pipeline.policy);
+        reloaded.keep_memo_of(&pipeline);
         let output = reloaded.run_with(&store, &inputs).unwrap();
         script.push(t.elapsed());
         drop(output);

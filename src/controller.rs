@@ -363,8 +363,9 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 settle(&mut site_changes, first, config.debounce).await;
                 match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
                     Ok(mut candidate) => {
-                        // Results of the scripts that did not change stay valid.
-                        candidate.policy.keep_memo_of(&pipeline.policy);
+                        // Results of the scripts that did not change stay valid, and so do
+                        // the translation's.
+                        candidate.keep_memo_of(&pipeline);
                         let candidate = Arc::new(candidate);
                         match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics).await {
                             Ok((output, _)) => {

@@ -22,8 +22,9 @@ pub struct Pipeline {
     last: Mutex<Option<LastRun>>,
     /// Runs that redid only the backends of changed endpoints.
     endpoint_runs: std::sync::atomic::AtomicU64,
-    /// Translation results kept across runs (server slots, certificate files).
-    memo: translate::memo::Memo,
+    /// Translation results kept across runs (server slots, certificate files). They do not
+    /// depend on scripts or templates, so a reloaded pipeline shares them.
+    memo: Arc<translate::memo::Memo>,
 }
 
 #[derive(Debug)]
@@ -74,8 +75,16 @@ impl Pipeline {
             config,
             last: Mutex::new(None),
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
-            memo: translate::memo::Memo::default(),
+            memo: Arc::default(),
         })
+    }
+
+    /// Takes over what `previous` remembers that stays valid in this pipeline: the results of
+    /// the scripts that did not change, and the translation memo. What `run` does when site
+    /// scripts or templates change.
+    pub fn keep_memo_of(&mut self, previous: &Pipeline) {
+        self.policy.keep_memo_of(&previous.policy);
+        self.memo = previous.memo.clone();
     }
 
     /// Translates and renders a snapshot.

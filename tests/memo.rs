@@ -65,7 +65,7 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
         let fresh = Pipeline::load(None, None, case_config(dir)).unwrap();
         let expected = summary(&fresh.run(&store).unwrap());
         let mut warm = Pipeline::load(None, None, case_config(dir)).unwrap();
-        warm.policy.keep_memo_of(&holder.policy);
+        warm.keep_memo_of(&holder);
         for round in 0..2 {
             assert_eq!(
                 summary(&warm.run(&store).unwrap()),
