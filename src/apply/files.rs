@@ -69,7 +69,7 @@ pub fn write_atomically(
         crate::render::CRT_LIST => 1,
         _ => 0,
     };
-    let mut ordered: Vec<(&String, &std::sync::Arc<[u8]>)> = config.files().iter().collect();
+    let mut ordered: Vec<(&String, &std::sync::Arc<Vec<u8>>)> = config.files().iter().collect();
     ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
     for (name, bytes) in ordered {
         let path = dir.join(name);

@@ -145,7 +145,7 @@ impl Object for Scope {
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     /// The haproxy.cfg this describes.
-    pub cfg: Arc<[u8]>,
+    pub cfg: Arc<Vec<u8>>,
     /// (index of the backend in the model, byte range), in output order.
     sections: Vec<(usize, Range<usize>)>,
     /// The `model` and `files` the templates saw, for sections rendered into this layout.
@@ -184,7 +184,7 @@ pub(crate) fn finish_render(
     raw: &str,
     scope: &Scope,
     ctx: &Value,
-) -> Result<(Arc<[u8]>, Option<Layout>), &'static str> {
+) -> Result<(Arc<Vec<u8>>, Option<Layout>), &'static str> {
     let printed = scope.printed.lock().map(|p| p.clone()).unwrap_or_default();
     let mut out =
         String::with_capacity(raw.len() + printed.iter().map(|p| p.1.len()).sum::<usize>());
@@ -207,7 +207,7 @@ pub(crate) fn finish_render(
     if !out.ends_with('\n') {
         out.push('\n');
     }
-    let cfg: Arc<[u8]> = Arc::from(out.into_bytes());
+    let cfg = Arc::new(out.into_bytes());
     let layout = (!scope.touched.load(Ordering::Relaxed)).then(|| Layout {
         cfg: cfg.clone(),
         sections,
@@ -264,7 +264,7 @@ pub(crate) fn patch(
     }
     out.extend_from_slice(&old[copied..]);
     Ok(Some(Layout {
-        cfg: Arc::from(out),
+        cfg: Arc::new(out),
         sections,
         ..layout.clone()
     }))

@@ -81,7 +81,7 @@ const FILES: Files = Files {
 /// files, do not copy the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedConfig {
-    files: BTreeMap<String, Arc<[u8]>>,
+    files: BTreeMap<String, Arc<Vec<u8>>>,
 }
 
 impl RenderedConfig {
@@ -92,7 +92,7 @@ impl RenderedConfig {
             .unwrap_or_default()
     }
 
-    pub fn files(&self) -> &BTreeMap<String, Arc<[u8]>> {
+    pub fn files(&self) -> &BTreeMap<String, Arc<Vec<u8>>> {
         &self.files
     }
 
@@ -101,7 +101,7 @@ impl RenderedConfig {
         Self {
             files: files
                 .into_iter()
-                .map(|(n, c)| (n.to_string(), Arc::from(c.as_bytes())))
+                .map(|(n, c)| (n.to_string(), Arc::new(c.as_bytes().to_vec())))
                 .collect(),
         }
     }
@@ -313,7 +313,7 @@ impl Renderer {
         if let Some(layout) = layout {
             self.remember_layout(layout);
         }
-        let mut files: BTreeMap<String, Arc<[u8]>> = BTreeMap::new();
+        let mut files: BTreeMap<String, Arc<Vec<u8>>> = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg);
         files.insert(
             EXACT_MAP.to_string(),
@@ -349,15 +349,18 @@ impl Renderer {
         }
         // CA bundles and client certificates haproxy.cfg names directly.
         for pem in &model.tls.static_files {
-            files.insert(pem.path.clone(), pem.content.as_bytes().into());
+            files.insert(pem.path.clone(), Arc::new(pem.content.as_bytes().to_vec()));
         }
         // Certificates named by the crt-list or directly by TCP binds.
         for pem in &model.tls.pem_files {
-            files.insert(pem.path.clone(), pem.content.as_bytes().into());
+            files.insert(pem.path.clone(), Arc::new(pem.content.as_bytes().to_vec()));
         }
         // Error pages (`errorfile` in defaults).
         for page in &model.errorfiles {
-            files.insert(page.path.clone(), page.content.as_bytes().into());
+            files.insert(
+                page.path.clone(),
+                Arc::new(page.content.as_bytes().to_vec()),
+            );
         }
         Ok(RenderedConfig { files })
     }
