@@ -403,25 +403,27 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     result
 }
 
-/// Coalesces a burst: waits until the source is quiet for `debounce`, but never longer than
-/// ten debounce periods after the first change. Then takes every notification already
-/// queued: the run that follows reads the source as it is now, so it covers them all. (Left
-/// queued, they would each start another full run after a slow one, long after the last
-/// change.)
+/// Coalesces a burst: waits until the source has been quiet for `debounce` since its last
+/// change, but never longer than ten debounce periods after the first change. The quiet time
+/// counts from when the changes happened (the times the notifications carry), so a change
+/// noticed while the last apply was still finishing waits only what is left of its debounce.
+/// Then takes every notification already queued: the run that follows reads the source as
+/// it is now, so it covers them all. (Left queued, they would each start another full run
+/// after a slow one, long after the last change.)
 async fn settle(
     changes: &mut mpsc::UnboundedReceiver<Instant>,
     first: Instant,
     debounce: Duration,
 ) {
     let cap = first + debounce * 10;
+    let mut last = first;
     loop {
-        let quiet = tokio::time::sleep(debounce);
+        let quiet = tokio::time::sleep_until((last + debounce).min(cap).into());
         tokio::select! {
-            more = changes.recv() => {
-                if more.is_none() || Instant::now() >= cap {
-                    break;
-                }
-            }
+            more = changes.recv() => match more {
+                Some(at) if Instant::now() < cap => last = last.max(at),
+                _ => break,
+            },
             _ = quiet => break,
         }
     }
@@ -759,5 +761,26 @@ mod tests {
         let started = Instant::now();
         settle(&mut rx, Instant::now(), debounce).await;
         assert!(started.elapsed() >= debounce);
+    }
+
+    /// The quiet period counts from the changes, not from when the loop got to them: a change
+    /// made a debounce period ago, while the last apply was finishing, is taken at once; one
+    /// made half a period ago waits the other half.
+    #[tokio::test]
+    async fn settling_counts_from_the_change() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
+        let debounce = Duration::from_millis(400);
+        let started = Instant::now();
+        settle(&mut rx, started - debounce, debounce).await;
+        assert!(started.elapsed() < debounce / 2, "{:?}", started.elapsed());
+        let started = Instant::now();
+        tx.send(started - debounce / 2).unwrap();
+        settle(&mut rx, started - debounce, debounce).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= debounce / 2 - Duration::from_millis(5),
+            "{waited:?}"
+        );
+        assert!(waited < debounce, "{waited:?}");
     }
 }
