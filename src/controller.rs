@@ -489,6 +489,7 @@ async fn compute(
     // Runs of one pipeline are sequential, so its endpoint-run count tells how this one went.
     let run = move |store: &Store| {
         let before = p.endpoint_only_runs();
+        let started = Instant::now();
         let output = p.run_with(store, &inputs).map_err(|e| e.to_string());
         let path = if p.endpoint_only_runs() > before {
             "endpoints"
@@ -496,6 +497,9 @@ async fn compute(
             "full"
         };
         metrics.pipeline_runs.inc(&[path]);
+        metrics
+            .pipeline_duration
+            .observe(&[path], started.elapsed().as_secs_f64());
         output
     };
     tokio::task::spawn_blocking(move || match input {

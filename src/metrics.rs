@@ -259,6 +259,8 @@ pub struct Metrics {
     pub applies: CounterVec,
     /// `portcullis_pipeline_runs_total{path}`, path = `full` or `endpoints`.
     pub pipeline_runs: CounterVec,
+    /// `portcullis_pipeline_duration_seconds{path}`
+    pub pipeline_duration: HistogramVec,
     /// `portcullis_last_applied_timestamp_seconds`
     pub last_applied_timestamp: GaugeVec,
     /// `portcullis_ready`, 1 or 0.
@@ -345,6 +347,12 @@ impl Metrics {
                 "portcullis_pipeline_runs_total",
                 "Pipeline runs, by path (full, or endpoints: only the backends of changed endpoints redone).",
                 &["path"],
+            ),
+            pipeline_duration: r.histogram_vec(
+                "portcullis_pipeline_duration_seconds",
+                "Time of one pipeline run (translate and render), by path (full or endpoints).",
+                &["path"],
+                &DURATION_BUCKETS,
             ),
             last_applied_timestamp: r.gauge_vec(
                 "portcullis_last_applied_timestamp_seconds",

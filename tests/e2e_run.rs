@@ -316,6 +316,10 @@ fn endpoint_scaling_without_reloads() {
     let endpoint_runs = h.metric("portcullis_pipeline_runs_total{path=\"endpoints\"}");
     assert!(endpoint_runs >= 4.0, "endpoint-path runs: {endpoint_runs}");
     assert!(h.metric("portcullis_pipeline_runs_total{path=\"full\"}") >= 1.0);
+    assert_eq!(
+        h.metric("portcullis_pipeline_duration_seconds_count{path=\"endpoints\"}"),
+        h.metric("portcullis_pipeline_runs_total{path=\"endpoints\"}")
+    );
     // With no ready endpoint, the terminating ones that still serve take over...
     const SERVING: &str = "{ready: false, serving: true, terminating: true}";
     const GONE: &str = "{ready: false, serving: false, terminating: true}";
