@@ -953,6 +953,24 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         delta("portcullis_apply_duration_seconds_sum")
             / delta("portcullis_apply_duration_seconds_count"),
     );
+    // Each run's own time, by the path it took: the rest of event_to_applied is the debounce,
+    // reading the manifests, and the apply.
+    for (key, label, path) in [
+        (
+            "ctl_run_ep_mean_ms",
+            "latency rounds: controller's pipeline runs on the endpoint path, mean (ms)",
+            "endpoints",
+        ),
+        (
+            "ctl_run_full_mean_ms",
+            "latency rounds: controller's full pipeline runs, mean (ms)",
+            "full",
+        ),
+    ] {
+        let series =
+            |part: &str| format!("portcullis_pipeline_duration_seconds_{part}{{path=\"{path}\"}}");
+        f.ms(key, label, delta(&series("sum")) / delta(&series("count")));
+    }
     f.put(
         "latency_reloads",
         "HAProxy reloads during the latency rounds",
