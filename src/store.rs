@@ -387,18 +387,29 @@ fn slice_service(key: &Key, slice: &EndpointSlice) -> Option<Key> {
     Some(Key::new(key.namespace.clone(), name.clone()))
 }
 
+/// An EndpointSlice `ns/<name>` of Service `ns/<service>` on port 8080 with one ready
+/// endpoint per address, for tests.
+#[cfg(test)]
+pub(crate) fn test_slice(name: &str, service: &str, addresses: &[&str]) -> Object {
+    let endpoints: Vec<serde_json::Value> = addresses
+        .iter()
+        .map(|a| serde_json::json!({"addresses": [a]}))
+        .collect();
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "ns",
+                     "labels": {SERVICE_NAME_LABEL: service}},
+        "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": endpoints
+    });
+    Object::from_value(slice).expect("a valid EndpointSlice")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn slice(name: &str, service: &str) -> Object {
-        Object::from_value(serde_json::json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "namespace": "ns",
-                         "labels": {SERVICE_NAME_LABEL: service}},
-            "addressType": "IPv4", "endpoints": []
-        }))
-        .unwrap()
+        test_slice(name, service, &[])
     }
 
     #[test]

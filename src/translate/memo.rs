@@ -131,14 +131,7 @@ mod tests {
     use crate::objects::Object;
 
     fn slice(name: &str, ip: &str) -> Object {
-        Object::from_value(serde_json::json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": name, "namespace": "ns",
-                         "labels": {"kubernetes.io/service-name": "web"}},
-            "addressType": "IPv4", "ports": [{"port": 8080}],
-            "endpoints": [{"addresses": [ip]}]
-        }))
-        .unwrap()
+        crate::store::test_slice(name, "web", &[ip])
     }
 
     /// The same slices give the same slots (shared); a changed slice, another slot block or
