@@ -173,8 +173,8 @@ impl Store {
         }
     }
 
-    /// Makes the store hold exactly `objects` (unique by kind and key), changing only what
-    /// differs: an object equal to the one held is left alone, so the journal names only what
+    /// Makes the store hold exactly `objects` (of the same kind and key, the last wins, as in
+    /// [`Store::from_objects`]), changing only what differs: an object equal to the one held is left alone, so the journal names only what
     /// changed (a manifest file rewritten with one object changed changes one object).
     pub fn sync_to(&mut self, objects: Vec<Object>) {
         // The store entries the objects are (by address): an object held already (the same
