@@ -38,7 +38,7 @@ type Parsed = Vec<(usize, Result<(Kind, Key, Object), String>)>;
 
 /// The parsed documents of each file, by a fingerprint of its content: `run` reads the whole
 /// directory on every change, and a file whose bytes did not change is not parsed again. A
-/// file whose [`Stamp`] did not change since it was read, long enough after its last change,
+/// file whose stamp (`Stamp`) did not change since it was read, long enough after its last change,
 /// is not even read again.
 #[derive(Debug)]
 pub struct ParseCache {
