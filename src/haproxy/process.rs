@@ -9,11 +9,64 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command as Process};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::client::{Client, ClientError};
 use super::command::Command;
+
+/// How long the reader of HAProxy's output waits after each read that returned something.
+/// HAProxy writes each request log line on its own. A reader woken for every line (and the
+/// runtime's event loop, woken by every write to a pipe it watches) cost about 5 µs of CPU per
+/// request, taken from the data plane on a small machine. Pausing lets a batch gather for one
+/// `read`, far below what fills a 64 KiB pipe (HAProxy drops a log line it cannot write).
+const OUTPUT_PACE: Duration = Duration::from_millis(2);
+
+/// Logs HAProxy's output (stdout or stderr) line by line under the `haproxy` target, and sends
+/// each line to `start_up` while someone is listening there, until the end of the stream.
+/// Blocking reads on a thread of its own: an idle pipe costs nothing. Bytes that are not UTF-8
+/// (a request log can carry them) are replaced, never a reason to stop reading, since a pipe
+/// left unread would silence HAProxy's log.
+fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<String>) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut pending = Vec::new();
+    loop {
+        let read = match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&buffer[..read]);
+        let complete = pending
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        for line in pending[..complete].split(|&b| b == b'\n') {
+            emit_output_line(line, start_up);
+        }
+        pending.drain(..complete);
+        std::thread::sleep(OUTPUT_PACE);
+    }
+    if !pending.is_empty() {
+        emit_output_line(&pending, start_up);
+    }
+}
+
+fn emit_output_line(line: &[u8], start_up: &UnboundedSender<String>) {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        return;
+    }
+    let listening = !start_up.is_closed();
+    if listening || tracing::enabled!(target: "haproxy", tracing::Level::INFO) {
+        let text = String::from_utf8_lossy(line);
+        tracing::info!(target: "haproxy", "{text}");
+        if listening {
+            let _ = start_up.send(text.into_owned());
+        }
+    }
+}
 
 /// Something went wrong with the HAProxy process.
 #[derive(Debug, thiserror::Error)]
@@ -145,7 +198,7 @@ impl Haproxy {
         if let Some(dir) = config.parent().filter(|d| !d.as_os_str().is_empty()) {
             process.current_dir(dir);
         }
-        let mut child = process
+        process
             .arg("-W")
             .arg("-db")
             .arg("-S")
@@ -153,36 +206,29 @@ impl Haproxy {
             .arg("-f")
             .arg(config)
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| ProcessError::Spawn {
-                bin: bin.to_string(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        let spawn_error = |source| ProcessError::Spawn {
+            bin: bin.to_string(),
+            source,
+        };
+        // Our own blocking pipes, read on threads (see `forward_output`).
+        let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
+        let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+        process
+            .stdout(Stdio::from(stdout_writer))
+            .stderr(Stdio::from(stderr_writer));
+        let spawned = process.spawn();
+        // The command holds the pipes' writing ends; the readers see the end of the output
+        // only once HAProxy and this copy are gone.
+        drop(process);
+        let mut child = spawned.map_err(spawn_error)?;
         let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for (name, stream) in [("haproxy-stdout", stdout), ("haproxy-stderr", stderr)] {
             let tx = lines_tx.clone();
-            tokio::spawn(async move {
-                let mut lines = BufReader::new(stream).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    tracing::info!(target: "haproxy", "{line}");
-                    let _ = tx.send(line);
-                }
-            });
+            std::thread::Builder::new()
+                .name(name.to_string())
+                .spawn(move || forward_output(stream, &tx))
+                .map_err(spawn_error)?;
         }
         drop(lines_tx);
         let master = Client::new(master_socket, Duration::from_secs(5));
@@ -193,10 +239,15 @@ impl Haproxy {
                 bin: bin.to_string(),
                 source,
             })? {
+                // The readers end at the end of the pipes, which closed with the process;
+                // wait (briefly) for them so that the message has all HAProxy said.
                 let mut output = Vec::new();
-                while let Ok(line) = lines_rx.try_recv() {
-                    output.push(line);
-                }
+                let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                    while let Some(line) = lines_rx.recv().await {
+                        output.push(line);
+                    }
+                })
+                .await;
                 return Err(ProcessError::ExitedAtStart {
                     status: status.to_string(),
                     output: output.join("\n"),
@@ -216,8 +267,10 @@ impl Haproxy {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // Keep draining HAProxy's output so it never blocks on a full pipe.
-        tokio::spawn(async move { while lines_rx.recv().await.is_some() {} });
+        // The output is kept only to explain a failed start. Closing the channel now turns
+        // each later send into a failed check: no copy is queued and no task is woken per
+        // request log line (HAProxy's output is still read and logged, so it never blocks).
+        drop(lines_rx);
         Ok(Self { child, master })
     }
 
@@ -257,6 +310,28 @@ impl Haproxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_is_read_to_the_end_past_bytes_that_are_not_utf8() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        // Read in small pieces, so that lines span reads.
+        let output: &[u8] =
+            b"[NOTICE] loading\nGET /caf\xe9 HTTP/1.1\r\n\nlast line without newline";
+        forward_output(std::io::Read::chain(&output[..10], &output[10..]), &tx);
+        drop(tx);
+        let mut lines = Vec::new();
+        while let Some(line) = rx.blocking_recv() {
+            lines.push(line);
+        }
+        assert_eq!(
+            lines,
+            [
+                "[NOTICE] loading",
+                "GET /caf\u{fffd} HTTP/1.1",
+                "last line without newline"
+            ]
+        );
+    }
 
     #[test]
     fn parses_show_proc_of_2_6() {

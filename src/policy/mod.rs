@@ -550,7 +550,7 @@ fn progress(operations: u64) -> Option<Dynamic> {
         STOPPED.with(|s| s.set(true));
         return Some("the pipeline run's operation budget is exhausted".into());
     }
-    if operations % 1024 == 0 && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
+    if operations.is_multiple_of(1024) && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
         STOPPED.with(|s| s.set(true));
         return Some(format!("the call ran longer than {}s", MAX_CALL_TIME.as_secs()).into());
     }

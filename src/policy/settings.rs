@@ -510,11 +510,11 @@ fn request_capture(v: &Dynamic) -> Result<crate::model::RequestCapture, String> 
 
 /// A size as HAProxy writes it: `1m` for 1048576, `100k` for 102400, else the number.
 fn size_text(n: u64) -> String {
-    if n % (1 << 30) == 0 {
+    if n.is_multiple_of(1 << 30) {
         format!("{}g", n >> 30)
-    } else if n % (1 << 20) == 0 {
+    } else if n.is_multiple_of(1 << 20) {
         format!("{}m", n >> 20)
-    } else if n % (1 << 10) == 0 {
+    } else if n.is_multiple_of(1 << 10) {
         format!("{}k", n >> 10)
     } else {
         n.to_string()

@@ -1781,7 +1781,7 @@ fn continue_token(rv: u64, key: &Key) -> String {
 }
 
 fn parse_continue_token(token: &str) -> Option<(u64, Key)> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
