@@ -205,9 +205,9 @@ struct Controller {
 }
 
 impl Controller {
-    /// Starts `portcullis run`. Without `opt.checks`, a controller ConfigMap turns health
-    /// checks off by default (`check: "false"`), see [`Options::checks`].
-    fn start(manifests: &Path, work: &Path, opt: &Options) -> Self {
+    /// Starts `portcullis run` at `log_level`. Without `opt.checks`, a controller ConfigMap
+    /// turns health checks off by default (`check: "false"`), see [`Options::checks`].
+    fn start(manifests: &Path, work: &Path, opt: &Options, log_level: &str) -> Self {
         let (http, https, admin) = (free_port(), free_port(), free_port());
         let run_dir = work.join("r");
         let config_dir = work.join("c");
@@ -229,9 +229,17 @@ impl Controller {
             &run_dir,
             (http, https, admin),
             debounce,
+            log_level,
         )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        // At `warn` the bench shows what goes wrong; at `info` the output is mostly request
+        // log lines, thousands a second, and is discarded.
+        .stderr(if log_level == "warn" {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
         .spawn()
         .unwrap();
         Self {
@@ -791,7 +799,7 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
 
     // Cold start.
     let t0 = Instant::now();
-    let mut ctl = Controller::start(&dir, work.path(), opt);
+    let mut ctl = Controller::start(&dir, work.path(), opt, "warn");
     let limit = Duration::from_secs(600);
     while !ctl.ready() {
         ctl.assert_alive();
@@ -1502,7 +1510,9 @@ fn measure_dataplane(opt: &Options, dp: &DpOptions) -> Vec<DpRow> {
     }
 
     // Portcullis.
-    let ctl = Controller::start(&dir, work.path(), opt);
+    // The default log level: the controller passes on every request log line, as in
+    // production (its output goes to /dev/null here).
+    let ctl = Controller::start(&dir, work.path(), opt, "info");
     let t0 = Instant::now();
     while !ctl.ready() {
         assert!(

@@ -139,6 +139,7 @@ fn main() {
         &run_dir,
         (http, https, admin),
         &debounce,
+        "warn",
     )
     .stdout(Stdio::null())
     .spawn()

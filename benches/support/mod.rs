@@ -43,6 +43,7 @@ pub(crate) fn loopback_run<'c>(
     run_dir: &std::path::Path,
     (http, https, admin): (u16, u16, u16),
     debounce: &str,
+    log_level: &str,
 ) -> &'c mut std::process::Command {
     command
         .arg("--manifests")
@@ -55,7 +56,7 @@ pub(crate) fn loopback_run<'c>(
         .args(["--http-bind-port", &http.to_string()])
         .args(["--https-bind-port", &https.to_string()])
         .args(["--admin-addr", &format!("127.0.0.1:{admin}")])
-        .args(["--sync-debounce", debounce, "--log-level", "warn"])
+        .args(["--sync-debounce", debounce, "--log-level", log_level])
 }
 
 /// One HTTP/1.1 request over a fresh connection: (status, body).
