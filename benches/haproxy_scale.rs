@@ -6,7 +6,8 @@
 //! plane part: `apt-get install -y wrk`). Cargo builds the `portcullis` binary with the bench
 //! profile first and passes it as `CARGO_BIN_EXE_portcullis`.
 //!
-//! For each N of `HSCALE_N` (default `100,1000,10000`), k = `HSCALE_K` (default 3):
+//! For each N of `HSCALE_N` (default `100,1000,10000`; empty: the data plane alone), k =
+//! `HSCALE_K` (default 3):
 //! 1. writes the synthetic cluster (seed `HSCALE_SEED`, default 1) as JSON lines
 //!    (`00-synth.json`); the first EndpointSlice of up to `HSCALE_CHURN_SERVICES` (default 200)
 //!    Services goes to `10-churn.json`, rewritten by the churn; the bench objects go to
@@ -37,7 +38,8 @@
 //!
 //! Then the data plane (`HSCALE_DP`, default 1; needs `wrk`): a synthetic cluster of
 //! `HSCALE_DP_N` (default 1000) Ingresses plus bench.local whose Services all point at a
-//! backend HAProxy answering itself (`echo<m> ok`), served three ways: by `portcullis run`; by
+//! backend HAProxy answering itself (`echo<m> ok`), served three ways: by `portcullis run` (at
+//! the default log level, `info`, so that it passes on every request log line); by
 //! a plain HAProxy on a copy of the configuration Portcullis generated minus request logging
 //! (`log` lines and `option httplog`: what logging costs); and by a minimal hand-written
 //! configuration (same `timeout`s and `maxconn`, a host → backend map, the same servers; `check`
