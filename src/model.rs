@@ -327,7 +327,8 @@ pub struct Backend {
 /// One server slot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerSlot {
-    pub name: String,
+    /// `SRV_<n>`, shared with the same slot of every other backend.
+    pub name: std::sync::Arc<str>,
     /// IP address or, for ExternalName services, a DNS name. `None` for an unused slot.
     pub address: Option<String>,
     pub port: u16,

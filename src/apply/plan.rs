@@ -316,7 +316,7 @@ pub fn server_repairs(
     let mut plan = Plan::default();
     for backend in model.backends.iter().chain(&model.tcp_backends) {
         for slot in backend.servers.iter() {
-            let Some(actual) = state.get(&(backend.name.clone(), slot.name.clone())) else {
+            let Some(actual) = state.get(&(backend.name.clone(), slot.name.to_string())) else {
                 continue;
             };
             let right = match &slot.address {
@@ -519,7 +519,7 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
 pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
     let state = |state| Command::SetServerState {
         backend: backend.to_string(),
-        server: slot.name.clone(),
+        server: slot.name.to_string(),
         state,
     };
     match &slot.address {
@@ -527,7 +527,7 @@ pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
             Ok(addr) => {
                 plan.commands.push(Command::SetServerAddr {
                     backend: backend.to_string(),
-                    server: slot.name.clone(),
+                    server: slot.name.to_string(),
                     addr,
                     port: slot.port,
                 });
@@ -1017,7 +1017,7 @@ mod tests {
             .servers
             .iter()
             .filter(|s| s.address.is_none())
-            .map(|s| s.name.clone())
+            .map(|s| s.name.to_string())
             .collect();
         // HAProxy 2.6's format: the endpoint's slot is stuck in maintenance on 127.0.0.1:1,
         // one empty slot is wrongly up.

@@ -1048,11 +1048,11 @@ pub fn servers(
     let count = slots::slot_count(endpoints.len(), slots_block);
     slots::assign(&endpoints, count)
         .into_iter()
-        .enumerate()
-        .map(|(i, occupant)| {
+        .zip(slots::slot_names(count))
+        .map(|(occupant, name)| {
             let endpoint = occupant.map(|e| endpoints[e].clone());
             ServerSlot {
-                name: format!("SRV_{}", i + 1),
+                name,
                 port: endpoint.as_ref().map_or(1, |e| e.1),
                 address: endpoint.map(|e| e.0),
             }
