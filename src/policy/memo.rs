@@ -271,7 +271,12 @@ pub struct WholeRuns {
 struct WholeState {
     run: u64,
     entries: HashMap<(Hook, u128), WholeRun>,
+    /// By hook, the last few distinct values remembered, newest first (see `shared`).
+    recent: HashMap<Hook, std::collections::VecDeque<Arc<dyn std::any::Any + Send + Sync>>>,
 }
+
+/// How many distinct values `WholeRuns::shared` compares a new one with.
+const RECENT_VALUES: usize = 8;
 
 /// A remembered whole hook run: the settings (type-erased: route or backend), the reports in
 /// order, and the operations the scripts used.
@@ -318,6 +323,32 @@ impl WholeRuns {
         ctx.hash_inputs(&mut b);
         (u128::from(std::hash::Hasher::finish(&a)) << 64)
             | u128::from(std::hash::Hasher::finish(&b))
+    }
+
+    /// `value` to remember for `hook`, as an `Arc` shared with an equal value remembered
+    /// lately when there is one. Most routes and backends come out the same (each run is
+    /// keyed by its own object), and at 10 000 Ingresses a copy of each was 25 MB.
+    pub fn shared<T: PartialEq + Send + Sync + 'static>(
+        &self,
+        hook: Hook,
+        value: T,
+    ) -> Arc<dyn std::any::Any + Send + Sync> {
+        let Ok(mut state) = self.state.lock() else {
+            return Arc::new(value);
+        };
+        let recent = state.recent.entry(hook).or_default();
+        if let Some(at) = recent
+            .iter()
+            .position(|r| r.downcast_ref::<T>() == Some(&value))
+        {
+            let found = recent.remove(at).unwrap_or_else(|| Arc::new(value));
+            recent.push_front(found.clone());
+            return found;
+        }
+        let value: Arc<dyn std::any::Any + Send + Sync> = Arc::new(value);
+        recent.truncate(RECENT_VALUES - 1);
+        recent.push_front(value.clone());
+        value
     }
 
     pub fn find(&self, hook: Hook, key: u128) -> Option<WholeRun> {
@@ -380,6 +411,35 @@ fn prune(node: &mut Node, keep_from: u64, leaves: &mut usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn equal_whole_run_values_share_one_allocation() {
+        let runs = WholeRuns::default();
+        let first = runs.shared(Hook::Route, String::from("a"));
+        let other = runs.shared(Hook::Route, String::from("b"));
+        assert!(!Arc::ptr_eq(&first, &other));
+        assert!(Arc::ptr_eq(
+            &first,
+            &runs.shared(Hook::Route, String::from("a"))
+        ));
+        // Per hook, and per type.
+        assert!(!Arc::ptr_eq(
+            &first,
+            &runs.shared(Hook::Backend, String::from("a"))
+        ));
+        let number = runs.shared(Hook::Route, 1u8);
+        assert_eq!(number.downcast_ref::<u8>(), Some(&1));
+        // Only the last few distinct values are compared with.
+        for i in 0..RECENT_VALUES {
+            runs.shared(Hook::Route, i.to_string());
+        }
+        let again = runs.shared(Hook::Route, String::from("a"));
+        assert!(!Arc::ptr_eq(&first, &again));
+        assert_eq!(
+            again.downcast_ref::<String>().map(String::as_str),
+            Some("a")
+        );
+    }
 
     fn outcome(v: i64) -> Outcome {
         Outcome {

@@ -368,7 +368,7 @@ impl PolicyEngine {
     /// with the same inputs. Its operations are charged again, unless they would exhaust the
     /// run's budget (then the scripts run, and stop where any replica stops). A run in which
     /// a call was stopped (budget, clock) is not remembered.
-    fn run_whole<T: Clone + Send + Sync + 'static>(
+    fn run_whole<T: Clone + PartialEq + Send + Sync + 'static>(
         &self,
         hook: Hook,
         ctx: &HookContext,
@@ -402,7 +402,7 @@ impl PolicyEngine {
             self.whole.remember(
                 hook,
                 key,
-                std::sync::Arc::new(value.clone()),
+                self.whole.shared(hook, value.clone()),
                 reports,
                 operations,
             );
