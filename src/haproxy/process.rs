@@ -311,6 +311,28 @@ impl Haproxy {
 mod tests {
     use super::*;
 
+    /// A failed start reports what HAProxy said, read by the output threads to the end.
+    #[tokio::test]
+    async fn a_failed_start_reports_haproxy_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("haproxy.cfg");
+        std::fs::write(&config, "global\n  no-such-keyword-here\n").unwrap();
+        let started = Haproxy::start(
+            "haproxy",
+            &config,
+            &dir.path().join("master.sock"),
+            Duration::from_secs(10),
+        )
+        .await;
+        match started {
+            Err(ProcessError::ExitedAtStart { output, .. }) => {
+                assert!(output.contains("no-such-keyword-here"), "{output}");
+            }
+            Err(other) => panic!("expected ExitedAtStart, got {other}"),
+            Ok(_) => panic!("HAProxy started on a configuration it cannot parse"),
+        }
+    }
+
     #[test]
     fn output_is_read_to_the_end_past_bytes_that_are_not_utf8() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
