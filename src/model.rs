@@ -328,7 +328,7 @@ pub struct Backend {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServerSlot {
     /// `SRV_<n>`, shared with the same slot of every other backend.
-    pub name: std::sync::Arc<str>,
+    pub name: Arc<str>,
     /// IP address or, for ExternalName services, a DNS name. `None` for an unused slot.
     pub address: Option<String>,
     pub port: u16,
