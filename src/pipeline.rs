@@ -22,6 +22,8 @@ pub struct Pipeline {
     last: Mutex<Option<LastRun>>,
     /// Runs that redid only the backends of changed endpoints.
     endpoint_runs: std::sync::atomic::AtomicU64,
+    /// Runs that took the translation of unchanged Ingresses and backends from the last run.
+    partial_runs: std::sync::atomic::AtomicU64,
     /// Translation results kept across runs (server slots, certificate files). They do not
     /// depend on scripts or templates, so a reloaded pipeline shares them.
     memo: Arc<translate::memo::Memo>,
@@ -32,6 +34,8 @@ struct LastRun {
     mark: Mark,
     output: Output,
     reuse: Reuse,
+    /// Translation parts the next run may take (see [`translate::parts`]).
+    parts: translate::parts::Parts,
 }
 
 /// Loading scripts or templates failed; every problem is listed.
@@ -75,6 +79,7 @@ impl Pipeline {
             config,
             last: Mutex::new(None),
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
+            partial_runs: std::sync::atomic::AtomicU64::new(0),
             memo: Arc::default(),
         })
     }
@@ -98,26 +103,56 @@ impl Pipeline {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many runs took the translation of unchanged Ingresses and backends from the last
+    /// run (see [`Pipeline::run_with`]).
+    pub fn partial_runs(&self) -> u64 {
+        self.partial_runs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Translates and renders a snapshot, with the time and the certificates in force.
     ///
     /// When every change since the previous run on this store is an EndpointSlice, and the
     /// time and certificates in force leave that run's output as it was (see
     /// [`Reuse::holds_for`]), only the backends of the Services whose endpoints changed are
-    /// redone, and only their sections rendered again. The output is the same either way:
-    /// `tests/memo.rs` compares it with fresh pipelines.
+    /// redone, and only their sections rendered again. When the changes are Ingresses and
+    /// EndpointSlices, the Ingresses that are the same objects and the backends assembled
+    /// from the same inputs are taken from the last run ([`translate::parts`]). The output is
+    /// the same either way: `tests/memo.rs` compares it with fresh pipelines.
     pub fn run_with(&self, store: &Store, inputs: &RunInputs) -> Result<Output, RenderError> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(previous) = last.as_mut() {
-            if let Some(output) = self.after_endpoint_changes(previous, store, inputs)? {
+            if let Some((output, moved)) = self.after_endpoint_changes(previous, store, inputs)? {
                 previous.mark = store.mark();
                 previous.output = output.clone();
+                // Their servers are no longer those of the backend parts.
+                let reuse = &previous.reuse;
+                let names = moved
+                    .iter()
+                    .filter_map(|service| reuse.endpoint_users.get(service))
+                    .flatten()
+                    .map(|(name, _)| name.as_str());
+                previous.parts.forget_backends(names);
                 self.endpoint_runs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(output);
             }
         }
+        let moved_endpoints = last
+            .as_ref()
+            .and_then(|previous| parts_still_valid(previous, store, inputs));
+        let prior =
+            last.as_ref()
+                .zip(moved_endpoints.as_ref())
+                .map(|(previous, moved_endpoints)| translate::parts::Prior {
+                    parts: &previous.parts,
+                    moved_endpoints,
+                });
+        if prior.is_some() {
+            self.partial_runs
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let translation =
-            translate::translate(store, &self.config, &self.policy, inputs, &self.memo);
+            translate::translate(store, &self.config, &self.policy, inputs, &self.memo, prior);
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {
             share_unchanged_parts(&mut model, &previous.output.model);
@@ -132,6 +167,7 @@ impl Pipeline {
             mark: store.mark(),
             output: output.clone(),
             reuse: translation.reuse,
+            parts: translation.parts,
         });
         Ok(output)
     }
@@ -144,7 +180,7 @@ impl Pipeline {
         previous: &LastRun,
         store: &Store,
         inputs: &RunInputs,
-    ) -> Result<Option<Output>, RenderError> {
+    ) -> Result<Option<(Output, BTreeSet<crate::objects::Key>)>, RenderError> {
         if !previous.reuse.holds_for(inputs) {
             return Ok(None);
         }
@@ -156,10 +192,10 @@ impl Pipeline {
             if change.kind != Kind::EndpointSlice {
                 return Ok(None);
             }
-            services.extend(change.service.as_ref());
+            services.extend(change.service.iter().cloned());
         }
         let mut model = previous.output.model.clone();
-        for service in services {
+        for service in &services {
             let users = previous.reuse.endpoint_users.get(service);
             for (name, port) in users.into_iter().flatten() {
                 for list in [&mut model.backends, &mut model.tcp_backends] {
@@ -183,12 +219,37 @@ impl Pipeline {
             Some(rendered) => rendered,
             None => self.renderer.render(&model)?,
         };
-        Ok(Some(Output {
-            model,
-            rendered,
-            diagnostics: previous_output.diagnostics.clone(),
-        }))
+        Ok(Some((
+            Output {
+                model,
+                rendered,
+                diagnostics: previous_output.diagnostics.clone(),
+            },
+            services,
+        )))
     }
+}
+
+/// The Services whose endpoints moved since `previous`, when its translation parts are still
+/// valid for `store` and `inputs`: every change since is an Ingress or an EndpointSlice, and
+/// the time and certificates in force leave that run's output as it was. `None` otherwise.
+fn parts_still_valid(
+    previous: &LastRun,
+    store: &Store,
+    inputs: &RunInputs,
+) -> Option<BTreeSet<crate::objects::Key>> {
+    if !previous.reuse.holds_for(inputs) {
+        return None;
+    }
+    let mut moved = BTreeSet::new();
+    for change in store.changes_since(previous.mark)? {
+        match change.kind {
+            Kind::Ingress => {}
+            Kind::EndpointSlice => moved.extend(change.service.iter().cloned()),
+            _ => return None,
+        }
+    }
+    Some(moved)
 }
 
 /// Makes every backend of `model` that equals the one of the same name in `previous` that one
@@ -198,7 +259,7 @@ fn share_unchanged_parts(model: &mut Model, previous: &Model) {
     fn share(list: &mut [Arc<Backend>], previous: &[Arc<Backend>]) {
         for b in list {
             if let Ok(i) = previous.binary_search_by(|p| p.name.cmp(&b.name)) {
-                if previous[i] == *b {
+                if !Arc::ptr_eq(&previous[i], b) && previous[i] == *b {
                     *b = previous[i].clone();
                 }
             }

@@ -7,7 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
+use k8s_openapi::api::networking::v1::Ingress;
 use portcullis::cli::{Cli, Command};
+use portcullis::objects::{Kind, Object};
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::source::files::load_dir;
 use portcullis::store::Store;
@@ -138,5 +140,79 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
         );
         assert_eq!(summary(&warm.run(&store).unwrap()), cold(&store));
         assert_eq!(warm.endpoint_only_runs(), before + 4, "seed {seed}");
+        // The oldest Ingress removed: every other one moves up an age rank, and its part is
+        // taken at the new rank.
+        store.delete(
+            Kind::Ingress,
+            &synth::changed_ingress(&synth_config, 0, 0).unwrap().key(),
+        );
+        assert_eq!(summary(&warm.run(&store).unwrap()), cold(&store));
+        // Both Ingress runs after the first took the parts of the last run.
+        assert_eq!(warm.partial_runs(), 3 * seed, "seed {seed}");
     }
+}
+
+/// Runs after Ingress changes take the parts of the unchanged Ingresses and backends from
+/// the last run (`translate::parts`). On every golden case (default backends, conflicts,
+/// captures, passthrough, basic auth, TLS), each Ingress is removed, put back as the very
+/// object it was (its part is taken again, at another age rank) and as a copy (translated
+/// again): after each step the warm pipeline gives what a fresh one gives.
+#[test]
+fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gives() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    let mut partial = 0;
+    for dir in &cases {
+        let objects = load_dir(dir).unwrap().objects;
+        let ingresses: Vec<Object> = objects
+            .iter()
+            .filter(|o| o.kind() == Kind::Ingress)
+            .cloned()
+            .collect();
+        let mut store = Store::from_objects(objects);
+        let config = case_config(dir);
+        let warm = Pipeline::load(None, None, config.clone()).unwrap();
+        let fresh = |store: &Store| {
+            let pipeline = Pipeline::load(None, None, config.clone()).unwrap();
+            summary(&pipeline.run(store).unwrap())
+        };
+        drop(warm.run(&store).unwrap());
+        for ingress in &ingresses {
+            let copy = match ingress {
+                Object::Ingress(i) => Object::Ingress(std::sync::Arc::new(Ingress::clone(i))),
+                _ => unreachable!(),
+            };
+            let steps = [
+                ("removed", None),
+                ("put back", Some(ingress.clone())),
+                ("copied", Some(copy)),
+            ];
+            for (step, object) in steps {
+                match object {
+                    None => store.delete(Kind::Ingress, &ingress.key()),
+                    Some(object) => store.upsert(object),
+                }
+                assert_eq!(
+                    summary(&warm.run(&store).unwrap()),
+                    fresh(&store),
+                    "{}: Ingress {} {step}",
+                    dir.display(),
+                    ingress.key()
+                );
+            }
+        }
+        partial += warm.partial_runs();
+        assert_eq!(
+            warm.partial_runs(),
+            3 * u64::try_from(ingresses.len()).unwrap(),
+            "{}: every run after an Ingress change takes parts",
+            dir.display()
+        );
+    }
+    assert!(partial > 100, "{partial} partial runs");
 }

@@ -42,6 +42,8 @@ thread_local! {
     static RUN_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(MAX_OPERATIONS_PER_RUN) };
     /// Whether a hook call on this thread was stopped (budget, clock) since it was reset.
     static STOPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How many hook calls on this thread were stopped, ever (see [`PolicyEngine::account`]).
+    static STOPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The hook points scripts can implement.
@@ -314,6 +316,34 @@ impl PolicyEngine {
         self.whole.begin_run();
     }
 
+    /// Starts a pipeline run that takes parts of the last one instead of translating them
+    /// again (see `translate::parts`): the run's operation budget starts afresh, and every
+    /// remembered result is kept, since the parts taken stand for the hook calls they made.
+    pub fn begin_partial_run(&self) {
+        RUN_OPERATIONS.with(|r| r.set(0));
+        RUN_BUDGET.with(|b| b.set(self.run_budget));
+    }
+
+    /// The hook work of the run on this thread so far.
+    pub fn account(&self) -> RunAccount {
+        RunAccount {
+            operations: RUN_OPERATIONS.with(std::cell::Cell::get),
+            stops: STOPS.with(std::cell::Cell::get),
+        }
+    }
+
+    /// Charges the operations of hook calls a kept translation part stands for, as if they
+    /// ran; false, and nothing charged, when they would exhaust the run's budget (then the
+    /// part is translated again, and its scripts stop where any replica's stop).
+    pub fn charge(&self, operations: u64) -> bool {
+        let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
+        if spent.saturating_add(operations) > self.run_budget {
+            return false;
+        }
+        RUN_OPERATIONS.with(|r| r.set(spent + operations));
+        true
+    }
+
     /// Takes over `previous`' remembered results (after the script set was reloaded): those
     /// of scripts that did not change are still valid, the others are never found again.
     pub fn keep_memo_of(&mut self, previous: &PolicyEngine) {
@@ -533,6 +563,21 @@ impl PolicyEngine {
     }
 }
 
+/// The hook work of a pipeline run up to a point: operations charged, and calls stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAccount {
+    pub operations: u64,
+    pub stops: u64,
+}
+
+impl RunAccount {
+    /// The operations used since `earlier`, or `None` when a call was stopped since (its
+    /// result depends on the budget or the clock, so it must not be kept).
+    pub fn since(self, earlier: RunAccount) -> Option<u64> {
+        (self.stops == earlier.stops).then(|| self.operations.saturating_sub(earlier.operations))
+    }
+}
+
 /// Stops a hook call past the run's operation budget or the wall-clock cap (the per-call
 /// operation limit is the engine's own).
 fn progress(operations: u64) -> Option<Dynamic> {
@@ -548,10 +593,12 @@ fn progress(operations: u64) -> Option<Dynamic> {
         > budget
     {
         STOPPED.with(|s| s.set(true));
+        STOPS.with(|s| s.set(s.get() + 1));
         return Some("the pipeline run's operation budget is exhausted".into());
     }
     if operations.is_multiple_of(1024) && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
         STOPPED.with(|s| s.set(true));
+        STOPS.with(|s| s.set(s.get() + 1));
         return Some(format!("the call ran longer than {}s", MAX_CALL_TIME.as_secs()).into());
     }
     None

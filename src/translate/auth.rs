@@ -17,12 +17,22 @@ use crate::store::Store;
 use crate::values;
 
 /// The userlists of one translation, by name.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Userlists {
     lists: BTreeMap<String, Userlist>,
 }
 
 impl Userlists {
+    /// Takes the userlists of `other` that this one does not hold yet: what requiring them
+    /// here would have done (a userlist is read from its Secret the first time only).
+    pub fn absorb(&mut self, other: &Userlists) {
+        for (name, list) in &other.lists {
+            self.lists
+                .entry(name.clone())
+                .or_insert_with(|| list.clone());
+        }
+    }
+
     /// Makes sure the userlist `auth` checks exists, reading its Secret the first time. A
     /// missing Secret is reported against `ingress`, whose routes then let nobody in.
     pub fn require(

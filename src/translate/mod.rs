@@ -10,6 +10,7 @@ pub mod class;
 pub mod configmaps;
 pub mod cookies;
 pub mod memo;
+pub mod parts;
 pub mod peers;
 pub mod routes;
 pub mod slots;
@@ -104,6 +105,8 @@ pub struct Translation {
     pub diagnostics: Diagnostics,
     /// What a later run needs to redo only the backends whose endpoints changed.
     pub reuse: Reuse,
+    /// The parts a later run may take instead of translating them again.
+    pub parts: parts::Parts,
 }
 
 /// How far a translation stays valid besides its store: which backends follow which Service's
@@ -154,6 +157,7 @@ fn expiry_message_stable_until(end: i64, now: i64) -> Option<i64> {
 }
 
 /// A backend being assembled: the Service port and who refers to it.
+#[derive(Debug, Clone, PartialEq, Hash)]
 struct BackendBuild {
     service: Key,
     port: ResolvedPort,
@@ -162,16 +166,40 @@ struct BackendBuild {
     policies: BTreeMap<String, RouteSettings>,
 }
 
+impl BackendBuild {
+    /// A fingerprint of everything the backend is assembled from besides the store, by which
+    /// a run finds the backend's part of the last one (see [`parts`]): 128 bits, so that
+    /// two different builds never meet in practice.
+    fn fingerprint(&self) -> u128 {
+        use std::hash::{Hash, Hasher};
+        let half = |seed: u8| {
+            let mut h = std::hash::DefaultHasher::new();
+            seed.hash(&mut h);
+            self.hash(&mut h);
+            h.finish()
+        };
+        (u128::from(half(1)) << 64) | u128::from(half(2))
+    }
+}
+
 /// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
-/// run (a fresh one gives the same translation).
-pub fn translate(
-    store: &Store,
-    config: &TranslateConfig,
-    policy: &PolicyEngine,
-    inputs: &RunInputs,
-    memo: &memo::Memo,
+/// run (a fresh one gives the same translation). `prior` holds the parts of the last run,
+/// when nothing but Ingresses and EndpointSlices changed since (see [`parts`]).
+pub fn translate<'a>(
+    store: &'a Store,
+    config: &'a TranslateConfig,
+    policy: &'a PolicyEngine,
+    inputs: &'a RunInputs,
+    memo: &'a memo::Memo,
+    prior: Option<parts::Prior<'a>>,
 ) -> Translation {
-    memo.begin_run();
+    // A run that takes parts keeps every remembered result: the parts stand for the work.
+    if prior.is_some() {
+        policy.begin_partial_run();
+    } else {
+        memo.begin_run();
+        policy.begin_run();
+    }
     let mut t = Translator {
         store,
         memo,
@@ -197,9 +225,11 @@ pub fn translate(
             knew_time: inputs.now_unix.is_some(),
             ..Reuse::default()
         },
+        prior,
+        kept: parts::Parts::default(),
+        ingress_parts: Vec::new(),
     };
     t.load_config_map();
-    policy.begin_run();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
             || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
@@ -287,6 +317,12 @@ struct Translator<'a> {
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
     static_files: BTreeMap<String, String>,
     reuse: Reuse,
+    /// Parts of the last run this one may take.
+    prior: Option<parts::Prior<'a>>,
+    /// Parts made or taken, for the next run.
+    kept: parts::Parts,
+    /// Every Ingress' part, oldest Ingress first: their routes make the maps.
+    ingress_parts: Vec<Arc<parts::IngressPart>>,
 }
 
 impl<'a> Translator<'a> {
@@ -484,7 +520,179 @@ impl<'a> Translator<'a> {
         }
     }
 
-    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Ingress) {
+    /// A translator with this one's inputs and nothing translated yet, whose state becomes
+    /// a part (see [`parts`]).
+    fn fork(&self) -> Translator<'a> {
+        Translator {
+            store: self.store,
+            memo: self.memo,
+            config: self.config,
+            inputs: self.inputs,
+            policy: self.policy,
+            diags: Diagnostics::new(),
+            config_map: self.config_map.clone(),
+            backends: BTreeMap::new(),
+            routes: Vec::new(),
+            redirects: Vec::new(),
+            tls_entries: Vec::new(),
+            default_certificate: None,
+            pem_files: BTreeMap::new(),
+            tcp_services: Vec::new(),
+            tcp_backends: BTreeMap::new(),
+            default_backend: None,
+            captures: Vec::new(),
+            userlists: auth::Userlists::default(),
+            passthrough: Vec::new(),
+            static_files: BTreeMap::new(),
+            reuse: Reuse {
+                knew_time: self.reuse.knew_time,
+                ..Reuse::default()
+            },
+            prior: None,
+            kept: parts::Parts::default(),
+            ingress_parts: Vec::new(),
+        }
+    }
+
+    /// One Ingress: its default backend here, the rest from its part of the last run when it
+    /// is the same object (and the operations its hooks used fit the budget), else
+    /// translated by a fork.
+    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Arc<Ingress>) {
+        if let Some(default) = ingress
+            .spec
+            .as_ref()
+            .and_then(|s| s.default_backend.as_ref())
+        {
+            self.ingress_default_backend(key, ingress, default);
+        }
+        let taken = self
+            .prior
+            .and_then(|prior| prior.ingress(key, ingress))
+            .filter(|part| self.policy.charge(part.operations))
+            .map(|part| part.at_rank(rank));
+        let (part, keep) = match taken {
+            Some(part) => (part, true),
+            None => {
+                let before = self.policy.account();
+                let mut fork = self.fork();
+                fork.ingress_rules(rank, key, ingress);
+                let operations = self.policy.account().since(before);
+                let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+                (Arc::new(part), operations.is_some())
+            }
+        };
+        self.absorb_ingress(&part);
+        if keep {
+            self.kept.ingresses.insert(key.clone(), part.clone());
+        }
+        self.ingress_parts.push(part);
+    }
+
+    /// `spec.defaultBackend`: the first Ingress to set one wins.
+    fn ingress_default_backend(&mut self, key: &Key, ingress: &Ingress, default: &IngressBackend) {
+        let object = ObjectRef::new(Kind::Ingress, key);
+        if let Some((_, owner)) = &self.default_backend {
+            self.diags.object(
+                Severity::Warning,
+                &object,
+                "spec.defaultBackend",
+                format!("ignored: the default backend is already set by {owner}"),
+            );
+        } else {
+            let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
+            if let Some(name) =
+                self.ingress_backend(&object, &annotations, default, "spec.defaultBackend")
+            {
+                self.default_backend = Some((name, object.to_string()));
+            }
+        }
+    }
+
+    /// This fork's state as the part of `ingress`.
+    fn into_ingress_part(
+        self,
+        ingress: Arc<Ingress>,
+        rank: usize,
+        operations: u64,
+    ) -> parts::IngressPart {
+        parts::IngressPart {
+            ingress,
+            rank,
+            routes: self.routes,
+            redirects: self.redirects,
+            tls_entries: self.tls_entries,
+            passthrough: self.passthrough,
+            backends: self
+                .backends
+                .into_iter()
+                .map(|(name, build)| parts::Registration::from_build(name, build))
+                .collect(),
+            captures: self.captures,
+            userlists: self.userlists,
+            pem_files: self.pem_files.into_iter().collect(),
+            diagnostics: self.diags.into_sorted(),
+            previous_read: self.reuse.previous_read,
+            stable_until: self.reuse.stable_until,
+            operations,
+        }
+    }
+
+    /// Takes an Ingress' part into this run's state, as translating it here would have.
+    fn absorb_ingress(&mut self, part: &parts::IngressPart) {
+        for registration in &part.backends {
+            let entry = register(
+                &mut self.backends,
+                &registration.name,
+                &registration.service,
+                registration.port.clone(),
+            );
+            if entry.ingress.is_none() {
+                entry.ingress.clone_from(&registration.ingress);
+            }
+            for (id, settings) in &registration.policies {
+                entry
+                    .policies
+                    .entry(id.clone())
+                    .or_insert_with(|| settings.clone());
+            }
+        }
+        for capture in &part.captures {
+            match self
+                .captures
+                .iter_mut()
+                .find(|c| c.sample == capture.sample && c.len == capture.len)
+            {
+                Some(slot) => {
+                    slot.policies.extend(capture.policies.iter().cloned());
+                    slot.policies.sort();
+                    slot.policies.dedup();
+                }
+                None => self.captures.push(capture.clone()),
+            }
+        }
+        self.userlists.absorb(&part.userlists);
+        for (path, content) in &part.pem_files {
+            self.pem_files
+                .entry(path.clone())
+                .or_insert_with(|| content.clone());
+        }
+        for d in &part.diagnostics {
+            self.diags.push(d.clone());
+        }
+        self.reuse
+            .previous_read
+            .extend(part.previous_read.iter().cloned());
+        if let Some(until) = part.stable_until {
+            let soonest = self.reuse.stable_until.map_or(until, |u| u.min(until));
+            self.reuse.stable_until = Some(soonest);
+        }
+        self.redirects.extend(part.redirects.iter().cloned());
+        self.tls_entries.extend(part.tls_entries.iter().cloned());
+        self.passthrough.extend(part.passthrough.iter().cloned());
+    }
+
+    /// An Ingress' rules and TLS section (on a fork: see [`Translator::ingress`]).
+    fn ingress_rules(&mut self, rank: usize, key: &Key, ingress: &Ingress) {
         let object = ObjectRef::new(Kind::Ingress, key);
         let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
         let Some(spec) = &ingress.spec else {
@@ -495,21 +703,6 @@ impl<'a> Translator<'a> {
             annotations.clone(),
         )];
         sources.extend(self.config_map.iter().cloned());
-
-        if let Some(default) = &spec.default_backend {
-            if let Some((_, owner)) = &self.default_backend {
-                self.diags.object(
-                    Severity::Warning,
-                    &object,
-                    "spec.defaultBackend",
-                    format!("ignored: the default backend is already set by {owner}"),
-                );
-            } else if let Some(name) =
-                self.ingress_backend(&object, &annotations, default, "spec.defaultBackend")
-            {
-                self.default_backend = Some((name, object.to_string()));
-            }
-        }
 
         // The first route outcome per host decides that host's ssl-redirect; a TLS host
         // without a rule of its own follows the Ingress' first route.
@@ -850,25 +1043,22 @@ impl<'a> Translator<'a> {
         } else {
             std::mem::take(&mut self.redirects)
         };
-        let routes = std::mem::take(&mut self.routes);
-        let (mut maps, redirect_codes) = routes::build_maps(&routes, redirects, &mut self.diags);
+        let ingress_parts = std::mem::take(&mut self.ingress_parts);
+        let routes: Vec<&RouteCandidate> = ingress_parts
+            .iter()
+            .flat_map(|part| &part.routes)
+            .chain(&self.routes)
+            .collect();
+        let redirects: Vec<&RedirectClaim> = redirects.iter().collect();
+        let (mut maps, redirect_codes) = routes::build_maps(&routes, &redirects, &mut self.diags);
         // route-acl: canary routes get their own part of the maps and frontend rules.
         let canaries = routes::build_canaries(&routes, &mut maps);
+        drop(routes);
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
-            backends.push(Arc::new(self.backend(name, build)));
-        }
-        for b in &mut backends {
-            let b = Arc::make_mut(b);
-            let service = ObjectRef::new(Kind::Service, &Key::new(&b.namespace, &b.service));
-            tls_edge::resolve_server_tls(
-                &mut b.settings,
-                self.store,
-                &service,
-                &mut self.diags,
-                &mut self.static_files,
-            );
+            let part = self.backend_part(name, build);
+            backends.push(part.backend.clone());
         }
         let (sni, winners) =
             tls_edge::sni_map(std::mem::take(&mut self.passthrough), &mut self.diags);
@@ -971,7 +1161,67 @@ impl<'a> Translator<'a> {
             model,
             diagnostics: self.diags,
             reuse: self.reuse,
+            parts: self.kept,
         }
+    }
+
+    /// An HTTP backend: its part of the last run when it was assembled from the same inputs
+    /// and its endpoints did not move (and its hook's operations fit the budget), else
+    /// assembled by a fork. Taken into this run's state either way.
+    fn backend_part(&mut self, name: String, build: BackendBuild) -> Arc<parts::BackendPart> {
+        let fingerprint = build.fingerprint();
+        let taken = self
+            .prior
+            .and_then(|prior| prior.backend(&name, fingerprint, &build.service))
+            .filter(|part| self.policy.charge(part.operations))
+            .cloned();
+        let (part, keep) = match taken {
+            Some(part) => (part, true),
+            None => {
+                let before = self.policy.account();
+                let mut fork = self.fork();
+                let mut backend = fork.backend(name.clone(), build.clone());
+                let service = ObjectRef::new(Kind::Service, &build.service);
+                tls_edge::resolve_server_tls(
+                    &mut backend.settings,
+                    fork.store,
+                    &service,
+                    &mut fork.diags,
+                    &mut fork.static_files,
+                );
+                let operations = self.policy.account().since(before);
+                let part = parts::BackendPart {
+                    build: fingerprint,
+                    service: build.service,
+                    port: build.port,
+                    backend: Arc::new(backend),
+                    diagnostics: fork.diags.into_sorted(),
+                    static_files: fork.static_files.into_iter().collect(),
+                    follows_endpoints: !fork.reuse.endpoint_users.is_empty(),
+                    operations: operations.unwrap_or(0),
+                };
+                (Arc::new(part), operations.is_some())
+            }
+        };
+        for d in &part.diagnostics {
+            self.diags.push(d.clone());
+        }
+        for (path, content) in &part.static_files {
+            self.static_files
+                .entry(path.clone())
+                .or_insert_with(|| content.clone());
+        }
+        if part.follows_endpoints {
+            self.reuse
+                .endpoint_users
+                .entry(part.service.clone())
+                .or_default()
+                .push((name.clone(), part.port.clone()));
+        }
+        if keep {
+            self.kept.backends.insert(name, part.clone());
+        }
+        part
     }
 
     fn backend(&mut self, name: String, build: BackendBuild) -> Backend {

@@ -1,0 +1,163 @@
+//! Translation parts kept from one run to the next: what each Ingress contributed (routes,
+//! redirects, TLS entries, the backends it registered, its diagnostics) and each HTTP backend
+//! as it came out. A run after changes to Ingresses and endpoints alone takes the part of every
+//! Ingress that is the same object as before, and of every backend assembled from the same
+//! inputs whose endpoints did not move, instead of translating them again.
+//!
+//! A part is what a fresh translator produced for that one Ingress or backend; the run
+//! absorbs it into its own state exactly as if the translation had happened there (later
+//! registrations of a backend leave the first Ingress' annotations in place, capture slots keep
+//! the order routes first asked for them), so the output is the same either way. `tests/memo.rs`
+//! compares warm pipelines with fresh ones.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::networking::v1::Ingress;
+
+use super::BackendBuild;
+use super::auth::Userlists;
+use super::backends::ResolvedPort;
+use super::routes::{RedirectClaim, RouteCandidate};
+use super::tls_edge::PassthroughClaim;
+use crate::diagnostics::Diagnostic;
+use crate::model::{Backend, CrtListEntry, FrontendCapture, PemFile, RouteSettings};
+use crate::objects::{Key, ObjectRef};
+
+/// What translating one Ingress (its rules and TLS section; its default backend is not part
+/// of it) produced, made from `ingress` at age rank `rank`.
+#[derive(Debug, Clone)]
+pub struct IngressPart {
+    pub(super) ingress: Arc<Ingress>,
+    pub(super) rank: usize,
+    pub(super) routes: Vec<RouteCandidate>,
+    pub(super) redirects: Vec<RedirectClaim>,
+    pub(super) tls_entries: Vec<CrtListEntry>,
+    pub(super) passthrough: Vec<PassthroughClaim>,
+    pub(super) backends: Vec<Registration>,
+    pub(super) captures: Vec<FrontendCapture>,
+    pub(super) userlists: Userlists,
+    pub(super) pem_files: Vec<(String, String)>,
+    pub(super) diagnostics: Vec<Diagnostic>,
+    pub(super) previous_read: Vec<(Key, Option<PemFile>)>,
+    pub(super) stable_until: Option<i64>,
+    /// Operations of the route hooks, charged again when the part is taken.
+    pub(super) operations: u64,
+}
+
+impl IngressPart {
+    /// This part for an Ingress now at age rank `rank`: the same one when the rank is the
+    /// same (the usual case: new Ingresses are the youngest), else a copy with the new rank.
+    pub(super) fn at_rank(self: &Arc<Self>, rank: usize) -> Arc<Self> {
+        if self.rank == rank {
+            return self.clone();
+        }
+        let mut part = IngressPart::clone(self);
+        part.rank = rank;
+        for r in &mut part.routes {
+            r.rank = rank;
+        }
+        for r in &mut part.redirects {
+            r.rank = rank;
+        }
+        for p in &mut part.passthrough {
+            p.rank = rank;
+        }
+        Arc::new(part)
+    }
+}
+
+/// A backend an Ingress registered, with the route policies its paths put on it. Kept in a
+/// flat list: route settings are large (half a kilobyte), and a tree's node holds room for
+/// eleven.
+#[derive(Debug, Clone)]
+pub(super) struct Registration {
+    pub(super) name: String,
+    pub(super) service: Key,
+    pub(super) port: ResolvedPort,
+    pub(super) ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
+    pub(super) policies: Box<[(String, RouteSettings)]>,
+}
+
+impl Registration {
+    pub(super) fn from_build(name: String, build: BackendBuild) -> Self {
+        Registration {
+            name,
+            service: build.service,
+            port: build.port,
+            ingress: build.ingress,
+            policies: build.policies.into_iter().collect(),
+        }
+    }
+}
+
+/// One HTTP backend as it came out of a build with fingerprint `build` (see
+/// [`BackendBuild::fingerprint`]): the backend (shared with the model), its diagnostics and
+/// the files its server TLS settings name.
+#[derive(Debug)]
+pub struct BackendPart {
+    pub(super) build: u128,
+    pub(super) service: Key,
+    pub(super) port: ResolvedPort,
+    pub(super) backend: Arc<Backend>,
+    pub(super) diagnostics: Vec<Diagnostic>,
+    pub(super) static_files: Vec<(String, String)>,
+    /// Whether its servers follow its Service's endpoints (see `Reuse::endpoint_users`).
+    pub(super) follows_endpoints: bool,
+    /// Operations of the backend hook, charged again when the part is taken.
+    pub(super) operations: u64,
+}
+
+/// The parts a run made or took, for the next run.
+#[derive(Debug, Default)]
+pub struct Parts {
+    pub(super) ingresses: HashMap<Key, Arc<IngressPart>>,
+    pub(super) backends: HashMap<String, Arc<BackendPart>>,
+}
+
+impl Parts {
+    /// How many Ingress and backend parts are kept.
+    pub fn len(&self) -> (usize, usize) {
+        (self.ingresses.len(), self.backends.len())
+    }
+
+    /// Drops the parts of the backends `names`, whose servers moved since they were made.
+    pub fn forget_backends<'n>(&mut self, names: impl Iterator<Item = &'n str>) {
+        for name in names {
+            self.backends.remove(name);
+        }
+    }
+}
+
+/// What a run may take from the last one: its parts, valid as long as nothing but Ingresses
+/// and EndpointSlices changed since (the caller's check), except the backends of the Services
+/// whose endpoints moved.
+#[derive(Debug, Clone, Copy)]
+pub struct Prior<'p> {
+    pub parts: &'p Parts,
+    pub moved_endpoints: &'p BTreeSet<Key>,
+}
+
+impl<'p> Prior<'p> {
+    /// The part of Ingress `key` when it was made from this very object.
+    pub(super) fn ingress(self, key: &Key, ingress: &Arc<Ingress>) -> Option<&'p Arc<IngressPart>> {
+        self.parts
+            .ingresses
+            .get(key)
+            .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
+    }
+
+    /// The part of backend `name` when it was assembled from a build with the fingerprint
+    /// `build` of Service `service`, whose endpoints did not move.
+    pub(super) fn backend(
+        self,
+        name: &str,
+        build: u128,
+        service: &Key,
+    ) -> Option<&'p Arc<BackendPart>> {
+        self.parts
+            .backends
+            .get(name)
+            .filter(|p| p.build == build && !self.moved_endpoints.contains(service))
+    }
+}
