@@ -414,7 +414,8 @@ pub struct HttpCheck {
 pub struct RoutePolicy {
     /// `p` + a hash of the settings: routes with equal settings share a policy.
     pub id: String,
-    pub settings: RouteSettings,
+    /// Shared with every backend and route that has the same settings.
+    pub settings: Arc<RouteSettings>,
 }
 
 /// Route-scope settings (Ingress, then ConfigMap).

@@ -19,7 +19,8 @@ pub const REDIRECT_CODES: &[i64] = &[301, 302, 303, 307, 308];
 /// What a route hook decides: backend-side settings plus the frontend's redirect choice.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteOutcome {
-    pub settings: RouteSettings,
+    /// Shared: equal outcomes of many routes are one remembered value (`policy::memo`).
+    pub settings: std::sync::Arc<RouteSettings>,
     pub ssl_redirect: Option<bool>,
     pub ssl_redirect_code: Option<u16>,
     /// `route-acl` (read from the Service): the route is a canary route, taken only when this
@@ -179,7 +180,7 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
     let mut errors = Vec::new();
     for (key, value) in map {
         let key = key.as_str();
-        let s = &mut out.settings;
+        let s = std::sync::Arc::make_mut(&mut out.settings);
         let result = match key {
             "set_host" => string(value)
                 .and_then(|h| values::parse_host_header(&h))
@@ -623,7 +624,7 @@ mod tests {
         map.insert("rate_limit".into(), rate(429, vec!["10.0.0.0/8".into()]));
         let mut out = RouteOutcome::default();
         assert!(apply_route(&map, &mut out).is_empty());
-        let limit = out.settings.rate_limit.unwrap();
+        let limit = out.settings.rate_limit.clone().unwrap();
         assert_eq!((limit.size.as_str(), limit.status), ("100k", 429));
         assert_eq!(limit.whitelist, ["10.0.0.0/8"]);
         for bad in [rate(418, vec![]), rate(429, vec!["10.0.0.0/8 #x".into()])] {

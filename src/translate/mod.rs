@@ -163,7 +163,7 @@ struct BackendBuild {
     port: ResolvedPort,
     /// The oldest Ingress routing here; its annotations rank between Service and ConfigMap.
     ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
-    policies: BTreeMap<String, RouteSettings>,
+    policies: BTreeMap<String, Arc<RouteSettings>>,
 }
 
 impl BackendBuild {
@@ -640,20 +640,25 @@ impl<'a> Translator<'a> {
     /// Takes an Ingress' part into this run's state, as translating it here would have.
     fn absorb_ingress(&mut self, part: &parts::IngressPart) {
         for registration in &part.backends {
-            let entry = register(
-                &mut self.backends,
-                &registration.name,
-                &registration.service,
-                registration.port.clone(),
-            );
+            let Some(entry) = self.backends.get_mut(&registration.name) else {
+                self.backends.insert(
+                    registration.name.clone(),
+                    BackendBuild {
+                        service: registration.service.clone(),
+                        port: registration.port.clone(),
+                        ingress: registration.ingress.clone(),
+                        policies: registration.policies.iter().cloned().collect(),
+                    },
+                );
+                continue;
+            };
             if entry.ingress.is_none() {
                 entry.ingress.clone_from(&registration.ingress);
             }
             for (id, settings) in &registration.policies {
-                entry
-                    .policies
-                    .entry(id.clone())
-                    .or_insert_with(|| settings.clone());
+                if !entry.policies.contains_key(id) {
+                    entry.policies.insert(id.clone(), settings.clone());
+                }
             }
         }
         for capture in &part.captures {
@@ -703,6 +708,7 @@ impl<'a> Translator<'a> {
             annotations.clone(),
         )];
         sources.extend(self.config_map.iter().cloned());
+        let route_object = Arc::new(object.clone());
 
         // The first route outcome per host decides that host's ssl-redirect; a TLS host
         // without a rule of its own follows the Ingress' first route.
@@ -800,7 +806,7 @@ impl<'a> Translator<'a> {
                 );
                 redirect_by_host.entry(host.clone()).or_insert(decision);
                 first_redirect.get_or_insert(decision);
-                let canary = outcome.route_acl.clone();
+                let canary = outcome.route_acl.clone().map(Box::new);
                 let value = if outcome.settings.is_empty() {
                     backend.clone()
                 } else {
@@ -819,7 +825,7 @@ impl<'a> Translator<'a> {
                     kind,
                     value,
                     rank,
-                    ingress: object.clone(),
+                    ingress: route_object.clone(),
                     field,
                     canary,
                 });

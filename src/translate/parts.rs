@@ -76,7 +76,7 @@ pub(super) struct Registration {
     pub(super) service: Key,
     pub(super) port: ResolvedPort,
     pub(super) ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
-    pub(super) policies: Box<[(String, RouteSettings)]>,
+    pub(super) policies: Box<[(String, Arc<RouteSettings>)]>,
 }
 
 impl Registration {

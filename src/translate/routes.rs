@@ -7,6 +7,7 @@
 //! the loser is reported.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
@@ -54,11 +55,12 @@ pub struct RouteCandidate {
     pub value: String,
     /// Age rank of the Ingress (0 = oldest).
     pub rank: usize,
-    pub ingress: ObjectRef,
+    /// Shared by the routes of one Ingress (kept from run to run: see `translate::parts`).
+    pub ingress: Arc<ObjectRef>,
     pub field: String,
     /// `route-acl` of the Service: a canary route, taken only when the condition holds. It
     /// makes no entry of its own in the regular part of the maps (see [`build_canaries`]).
-    pub canary: Option<AclCondition>,
+    pub canary: Option<Box<AclCondition>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -267,7 +269,7 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
         let mut alternatives: Vec<(&AclCondition, &str)> = Vec::new();
         for (_, _, route) in claimants.iter().filter(|(s, _, _)| *s == best) {
             if let Some(condition) = &route.canary {
-                let alternative = (condition, route.value.as_str());
+                let alternative = (condition.as_ref(), route.value.as_str());
                 if !alternatives.contains(&alternative) {
                     alternatives.push(alternative);
                 }
@@ -344,7 +346,10 @@ mod tests {
             kind,
             value: value.into(),
             rank,
-            ingress: ObjectRef::new(Kind::Ingress, &Key::new("ns", format!("i{rank}"))),
+            ingress: Arc::new(ObjectRef::new(
+                Kind::Ingress,
+                &Key::new("ns", format!("i{rank}")),
+            )),
             field: "spec.rules[0].http.paths[0]".into(),
             canary: None,
         }
@@ -375,7 +380,7 @@ mod tests {
         let condition = crate::values::parse_route_acl("cookie(staging) -m found").unwrap();
         let canary = |host: &str, path: &str, kind: PathKind, value: &str, rank: usize| {
             let mut r = route(host, path, kind, value, rank);
-            r.canary = Some(condition.clone());
+            r.canary = Some(Box::new(condition.clone()));
             r
         };
         let routes = [
