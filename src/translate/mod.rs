@@ -157,29 +157,13 @@ fn expiry_message_stable_until(end: i64, now: i64) -> Option<i64> {
 }
 
 /// A backend being assembled: the Service port and who refers to it.
-#[derive(Debug, Clone, PartialEq, Hash)]
+#[derive(Debug, Clone, PartialEq)]
 struct BackendBuild {
     service: Key,
     port: ResolvedPort,
     /// The oldest Ingress routing here; its annotations rank between Service and ConfigMap.
     ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
     policies: BTreeMap<String, Arc<RouteSettings>>,
-}
-
-impl BackendBuild {
-    /// A fingerprint of everything the backend is assembled from besides the store, by which
-    /// a run finds the backend's part of the last one (see [`parts`]): 128 bits, so that
-    /// two different builds never meet in practice.
-    fn fingerprint(&self) -> u128 {
-        use std::hash::{Hash, Hasher};
-        let half = |seed: u8| {
-            let mut h = std::hash::DefaultHasher::new();
-            seed.hash(&mut h);
-            self.hash(&mut h);
-            h.finish()
-        };
-        (u128::from(half(1)) << 64) | u128::from(half(2))
-    }
 }
 
 /// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
@@ -1175,10 +1159,9 @@ impl<'a> Translator<'a> {
     /// and its endpoints did not move (and its hook's operations fit the budget), else
     /// assembled by a fork. Taken into this run's state either way.
     fn backend_part(&mut self, name: String, build: BackendBuild) -> Arc<parts::BackendPart> {
-        let fingerprint = build.fingerprint();
         let taken = self
             .prior
-            .and_then(|prior| prior.backend(&name, fingerprint, &build.service))
+            .and_then(|prior| prior.backend(&name, &build))
             .filter(|part| self.policy.charge(part.operations))
             .cloned();
         let (part, keep) = match taken {
@@ -1197,9 +1180,7 @@ impl<'a> Translator<'a> {
                 );
                 let operations = self.policy.account().since(before);
                 let part = parts::BackendPart {
-                    build: fingerprint,
-                    service: build.service,
-                    port: build.port,
+                    build: parts::Registration::from_build(name.clone(), build),
                     backend: Arc::new(backend),
                     diagnostics: fork.diags.into_sorted(),
                     static_files: fork.static_files.into_iter().collect(),
@@ -1220,9 +1201,9 @@ impl<'a> Translator<'a> {
         if part.follows_endpoints {
             self.reuse
                 .endpoint_users
-                .entry(part.service.clone())
+                .entry(part.build.service.clone())
                 .or_default()
-                .push((name.clone(), part.port.clone()));
+                .push((name.clone(), part.build.port.clone()));
         }
         if keep {
             self.kept.backends.insert(name, part.clone());

@@ -89,16 +89,28 @@ impl Registration {
             policies: build.policies.into_iter().collect(),
         }
     }
+
+    /// Whether `build` holds what this was made from. Cheap for a backend that did not
+    /// change: its first Ingress' annotations and its route settings are the same shared
+    /// values, compared by address first.
+    pub(super) fn matches(&self, build: &BackendBuild) -> bool {
+        self.service == build.service
+            && self.port == build.port
+            && self.ingress == build.ingress
+            && self.policies.len() == build.policies.len()
+            && self
+                .policies
+                .iter()
+                .zip(&build.policies)
+                .all(|((id, settings), (other_id, other))| id == other_id && settings == other)
+    }
 }
 
-/// One HTTP backend as it came out of a build with fingerprint `build` (see
-/// [`BackendBuild::fingerprint`]): the backend (shared with the model), its diagnostics and
-/// the files its server TLS settings name.
+/// One HTTP backend as it came out of `build`: the backend (shared with the model), its
+/// diagnostics and the files its server TLS settings name.
 #[derive(Debug)]
 pub struct BackendPart {
-    pub(super) build: u128,
-    pub(super) service: Key,
-    pub(super) port: ResolvedPort,
+    pub(super) build: Registration,
     pub(super) backend: Arc<Backend>,
     pub(super) diagnostics: Vec<Diagnostic>,
     pub(super) static_files: Vec<(String, String)>,
@@ -147,17 +159,12 @@ impl<'p> Prior<'p> {
             .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
     }
 
-    /// The part of backend `name` when it was assembled from a build with the fingerprint
-    /// `build` of Service `service`, whose endpoints did not move.
-    pub(super) fn backend(
-        self,
-        name: &str,
-        build: u128,
-        service: &Key,
-    ) -> Option<&'p Arc<BackendPart>> {
+    /// The part of backend `name` when it was assembled from what `build` holds and its
+    /// Service's endpoints did not move.
+    pub(super) fn backend(self, name: &str, build: &BackendBuild) -> Option<&'p Arc<BackendPart>> {
         self.parts
             .backends
             .get(name)
-            .filter(|p| p.build == build && !self.moved_endpoints.contains(service))
+            .filter(|p| !self.moved_endpoints.contains(&build.service) && p.build.matches(build))
     }
 }
