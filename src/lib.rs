@@ -32,7 +32,8 @@ pub mod values;
 /// The allocator of every program built on this crate (the controller, its tests and
 /// benchmarks). A pipeline run allocates and frees millions of small objects; with glibc's
 /// allocator a run after an Ingress change at 10 000 Ingresses spent half its time in
-/// `malloc` and `free`, and took twice as long as with mimalloc, which holds some 7 % more
-/// memory at its peak ([docs/performance.md](../docs/performance.md)).
+/// `malloc` and `free`, and took twice as long as with mimalloc. mimalloc's version 2 (the
+/// `v2` feature) peaks at about the memory glibc's does; version 3 held 18 MiB more there
+/// ([docs/performance.md](../docs/performance.md)).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
