@@ -36,6 +36,10 @@ struct LastRun {
     reuse: Reuse,
     /// Translation parts the next run may take (see [`translate::parts`]).
     parts: translate::parts::Parts,
+    /// How many results the memos held after the last full run. Runs that take parts drop
+    /// none (the parts stand for them), so those of replaced objects pile up until a full
+    /// run; one comes when they have grown by a quarter.
+    remembered_after_full: usize,
 }
 
 /// Loading scripts or templates failed; every problem is listed.
@@ -103,6 +107,12 @@ impl Pipeline {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many results the memos hold (hook calls, whole hook runs, server slots and
+    /// certificate files).
+    fn remembered(&self) -> usize {
+        self.policy.remembered() + self.memo.len()
+    }
+
     /// How many runs took the translation of unchanged Ingresses and backends from the last
     /// run (see [`Pipeline::run_with`]).
     pub fn partial_runs(&self) -> u64 {
@@ -137,8 +147,13 @@ impl Pipeline {
                 return Ok(output);
             }
         }
+        let remembered = self.remembered();
         let moved_endpoints = last
             .as_ref()
+            .filter(|previous| {
+                let full = previous.remembered_after_full;
+                remembered <= full + full / 4 + 1024
+            })
             .and_then(|previous| parts_still_valid(previous, store, inputs));
         let prior =
             last.as_ref()
@@ -163,11 +178,16 @@ impl Pipeline {
             rendered,
             diagnostics: translation.diagnostics.into_sorted(),
         };
+        let remembered_after_full = match (&prior, last.as_ref()) {
+            (Some(_), Some(previous)) => previous.remembered_after_full,
+            _ => self.remembered(),
+        };
         *last = Some(LastRun {
             mark: store.mark(),
             output: output.clone(),
             reuse: translation.reuse,
             parts: translation.parts,
+            remembered_after_full,
         });
         Ok(output)
     }

@@ -216,3 +216,31 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
     }
     assert!(partial > 100, "{partial} partial runs");
 }
+
+/// Runs that take parts drop no remembered result, so the results of replaced Ingresses pile
+/// up; once the memos have grown by a quarter since the last full run, a full run prunes
+/// them. A long stream of Ingress changes alone must not grow memory without bound.
+#[test]
+fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
+    let synth_config = SynthConfig::new(4, 20, 3);
+    let mut store = Store::from_objects(synth::generate(&synth_config).unwrap().objects);
+    let warm = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    drop(warm.run(&store).unwrap());
+    let rounds = 600_u64;
+    for generation in 1..=rounds {
+        let i = usize::try_from(generation % 20).unwrap();
+        store.upsert(synth::changed_ingress(&synth_config, i, generation).unwrap());
+        drop(warm.run(&store).unwrap());
+    }
+    let partial = warm.partial_runs();
+    assert!(
+        partial > rounds / 2,
+        "{partial} of {rounds} runs took parts"
+    );
+    assert!(partial < rounds, "no full run in {rounds} Ingress changes");
+    let fresh = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    assert_eq!(
+        summary(&warm.run(&store).unwrap()),
+        summary(&fresh.run(&store).unwrap())
+    );
+}

@@ -355,6 +355,11 @@ impl PolicyEngine {
         self.memo.len()
     }
 
+    /// How many results are remembered, of single calls and of whole hook runs.
+    pub fn remembered(&self) -> usize {
+        self.memo.len() + self.whole.len()
+    }
+
     /// Changes the per-run operation budget (tests use a small one).
     pub fn with_run_budget(mut self, operations: u64) -> Self {
         self.run_budget = operations;

@@ -61,6 +61,16 @@ impl Memo {
         inner.certificates.retain(|_, c| c.used >= keep_from);
     }
 
+    /// How many server slot lists and certificate files are kept.
+    pub fn len(&self) -> usize {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.servers.values().map(Vec::len).sum::<usize>() + inner.certificates.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// [`super::servers`] for `service` on `port`, from the last run when the Service's
     /// EndpointSlices are the same objects.
     pub fn servers(
