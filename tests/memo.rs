@@ -50,8 +50,8 @@ fn case_config(dir: &Path) -> TranslateConfig {
     args.pipeline.translate_config()
 }
 
-#[test]
-fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
+/// The golden cases' directories, in order.
+fn golden_cases() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -59,6 +59,12 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
         .filter(|p| p.is_dir())
         .collect();
     cases.sort();
+    cases
+}
+
+#[test]
+fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
+    let cases = golden_cases();
     assert!(cases.len() >= 15);
     // One memo for all cases, warmed by every case before (and run twice per case).
     let holder = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
@@ -159,13 +165,7 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
 /// again): after each step the warm pipeline gives what a fresh one gives.
 #[test]
 fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gives() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
+    let cases = golden_cases();
     let mut partial = 0;
     for dir in &cases {
         let objects = load_dir(dir).unwrap().objects;

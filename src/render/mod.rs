@@ -367,11 +367,17 @@ impl Renderer {
 }
 
 fn map_file(name: &'static str, entries: &[MapEntry]) -> Result<Vec<u8>, RenderError> {
-    let mut out = String::new();
+    let size = entries
+        .iter()
+        .map(|e| e.key.len() + e.value.len() + 2)
+        .sum();
+    let mut out = String::with_capacity(size);
     for e in entries {
-        let line = format!("{} {}", e.key, e.value);
-        check_map_line(name, &line, 2)?;
-        out.push_str(&line);
+        let start = out.len();
+        out.push_str(&e.key);
+        out.push(' ');
+        out.push_str(&e.value);
+        check_map_line(name, &out[start..], 2)?;
         out.push('\n');
     }
     Ok(out.into_bytes())
@@ -380,13 +386,29 @@ fn map_file(name: &'static str, entries: &[MapEntry]) -> Result<Vec<u8>, RenderE
 /// Defence in depth: map and crt-list lines hold only validated words. A line that does not
 /// split into the expected words, or holds a character HAProxy treats specially, is a bug
 /// upstream; refuse to write it rather than let it change the meaning of the file.
+///
+/// One pass over the bytes (every map line of every run goes through here): a control
+/// character is a byte below 0x20, 0x7F, or U+0080–U+009F (0xC2 then 0x80–0x9F in UTF-8).
 fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), RenderError> {
-    let count = line.split(' ').count();
-    let bad_char = line
-        .chars()
-        .any(|c| c.is_control() || matches!(c, '#' | '\'' | '"' | '\\' | '$'));
-    let bad_words = line.split(' ').any(str::is_empty) || (words != usize::MAX && count != words);
-    if bad_char || bad_words {
+    let bytes = line.as_bytes();
+    let mut bad = false;
+    let mut spaces = 0;
+    // A space first, last or after another makes an empty word; so does an empty line.
+    let mut previous = b' ';
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b' ' => {
+                bad |= previous == b' ';
+                spaces += 1;
+            }
+            0..=0x1f | 0x7f | b'#' | b'\'' | b'"' | b'\\' | b'$' => bad = true,
+            0xc2 => bad |= matches!(bytes.get(i + 1), Some(0x80..=0x9f)),
+            _ => {}
+        }
+        previous = b;
+    }
+    bad |= previous == b' ' || (words != usize::MAX && spaces + 1 != words);
+    if bad {
         return Err(RenderError::UnsafeMapEntry {
             file,
             line: line.to_string(),
@@ -398,6 +420,66 @@ fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `check_map_line` decided before it became one pass over the bytes.
+    fn check_map_line_by_chars(line: &str, words: usize) -> bool {
+        let count = line.split(' ').count();
+        let bad_char = line
+            .chars()
+            .any(|c| c.is_control() || matches!(c, '#' | '\'' | '"' | '\\' | '$'));
+        let bad_words =
+            line.split(' ').any(str::is_empty) || (words != usize::MAX && count != words);
+        !(bad_char || bad_words)
+    }
+
+    #[test]
+    fn map_lines_are_checked_as_before() {
+        let lines = [
+            "",
+            " ",
+            "a b",
+            "a  b",
+            " a b",
+            "a b ",
+            "a",
+            "a b c",
+            "a\tb",
+            "a\u{7f} b",
+            "a\u{85} b",
+            "a\u{9f} b",
+            "a\u{a0} b",
+            "h\u{e9}.example.com/ x",
+            "a# b",
+            "a$ b",
+            "a' b",
+            "a\" b",
+            "a\\ b",
+            "a\u{2028} b",
+            "\u{80}x y",
+        ];
+        for line in lines {
+            for words in [1, 2, 3, usize::MAX] {
+                assert_eq!(
+                    check_map_line("test", line, words).is_ok(),
+                    check_map_line_by_chars(line, words),
+                    "{line:?} with {words} words"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2000, ..Default::default() })]
+        #[test]
+        fn any_map_line_is_checked_as_before(line in "[ a-z#$'\"\\\\\t\u{7f}-\u{a0}\u{e9}\u{2028}]{0,12}") {
+            for words in [1, 2, 3, usize::MAX] {
+                proptest::prop_assert_eq!(
+                    check_map_line("test", &line, words).is_ok(),
+                    check_map_line_by_chars(&line, words)
+                );
+            }
+        }
+    }
 
     /// A pipeline, the model of a synthetic cluster it made, and that model with the first
     /// server of one backend moved to 10.9.9.9:9999.

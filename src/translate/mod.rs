@@ -184,35 +184,7 @@ pub fn translate<'a>(
         memo.begin_run();
         policy.begin_run();
     }
-    let mut t = Translator {
-        store,
-        memo,
-        config,
-        inputs,
-        policy,
-        diags: Diagnostics::new(),
-        config_map: None,
-        backends: BTreeMap::new(),
-        routes: Vec::new(),
-        redirects: Vec::new(),
-        tls_entries: Vec::new(),
-        default_certificate: None,
-        pem_files: BTreeMap::new(),
-        tcp_services: Vec::new(),
-        tcp_backends: BTreeMap::new(),
-        default_backend: None,
-        captures: Vec::new(),
-        userlists: auth::Userlists::default(),
-        passthrough: Vec::new(),
-        static_files: BTreeMap::new(),
-        reuse: Reuse {
-            knew_time: inputs.now_unix.is_some(),
-            ..Reuse::default()
-        },
-        prior,
-        kept: parts::Parts::default(),
-        ingress_parts: Vec::new(),
-    };
+    let mut t = Translator::new(store, memo, config, inputs, policy, prior);
     t.load_config_map();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -504,17 +476,23 @@ impl<'a> Translator<'a> {
         }
     }
 
-    /// A translator with this one's inputs and nothing translated yet, whose state becomes
-    /// a part (see [`parts`]).
-    fn fork(&self) -> Translator<'a> {
+    /// A translator with nothing translated yet.
+    fn new(
+        store: &'a Store,
+        memo: &'a memo::Memo,
+        config: &'a TranslateConfig,
+        inputs: &'a RunInputs,
+        policy: &'a PolicyEngine,
+        prior: Option<parts::Prior<'a>>,
+    ) -> Self {
         Translator {
-            store: self.store,
-            memo: self.memo,
-            config: self.config,
-            inputs: self.inputs,
-            policy: self.policy,
+            store,
+            memo,
+            config,
+            inputs,
+            policy,
             diags: Diagnostics::new(),
-            config_map: self.config_map.clone(),
+            config_map: None,
             backends: BTreeMap::new(),
             routes: Vec::new(),
             redirects: Vec::new(),
@@ -529,12 +507,28 @@ impl<'a> Translator<'a> {
             passthrough: Vec::new(),
             static_files: BTreeMap::new(),
             reuse: Reuse {
-                knew_time: self.reuse.knew_time,
+                knew_time: inputs.now_unix.is_some(),
                 ..Reuse::default()
             },
-            prior: None,
+            prior,
             kept: parts::Parts::default(),
             ingress_parts: Vec::new(),
+        }
+    }
+
+    /// A translator with this one's inputs and nothing translated yet, whose state becomes
+    /// a part (see [`parts`]).
+    fn fork(&self) -> Translator<'a> {
+        Translator {
+            config_map: self.config_map.clone(),
+            ..Translator::new(
+                self.store,
+                self.memo,
+                self.config,
+                self.inputs,
+                self.policy,
+                None,
+            )
         }
     }
 
