@@ -113,16 +113,34 @@ type Claims<'a> = BTreeMap<(Table, String), Vec<(u8, usize, &'a RouteCandidate)>
 /// One route's claim on a map key.
 struct Claim<'a> {
     table: Table,
+    /// The key's first eight bytes as a number (zeros after a shorter key, which holds no
+    /// NUL): ordering by it, then by the key, is ordering by the key, and most comparisons
+    /// of the sort end at the number.
+    prefix: u64,
     key: String,
     specificity: u8,
     route: &'a RouteCandidate,
 }
 
-impl Claim<'_> {
+impl<'a> Claim<'a> {
+    fn new(table: Table, key: String, specificity: u8, route: &'a RouteCandidate) -> Self {
+        let mut first = [0u8; 8];
+        let n = key.len().min(8);
+        first[..n].copy_from_slice(&key.as_bytes()[..n]);
+        Claim {
+            table,
+            prefix: u64::from_be_bytes(first),
+            key,
+            specificity,
+            route,
+        }
+    }
+
     /// By key, then precedence: the more specific kind, the older Ingress, the lower field.
-    fn order(&self) -> (Table, &str, u8, usize, &str) {
+    fn order(&self) -> (Table, u64, &str, u8, usize, &str) {
         (
             self.table,
+            self.prefix,
             &self.key,
             self.specificity,
             self.route.rank,
@@ -142,12 +160,7 @@ pub fn build_maps(
     let mut claims: Vec<Claim<'_>> = Vec::with_capacity(routes.len() * 2);
     for route in routes.iter().copied().filter(|r| r.canary.is_none()) {
         entries(route, |table, key, specificity| {
-            claims.push(Claim {
-                table,
-                key,
-                specificity,
-                route,
-            });
+            claims.push(Claim::new(table, key, specificity, route));
         });
     }
     claims.sort_unstable_by(|a, b| a.order().cmp(&b.order()));
