@@ -11,7 +11,7 @@ use crate::store::Store;
 use crate::translate::slots::Endpoint;
 
 /// A Service port an Ingress routes to, resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedPort {
     /// The Service port number (names the backend).
     pub number: u16,

@@ -157,7 +157,7 @@ fn expiry_message_stable_until(end: i64, now: i64) -> Option<i64> {
 }
 
 /// A backend being assembled: the Service port and who refers to it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 struct BackendBuild {
     service: Key,
     port: ResolvedPort,
@@ -1027,12 +1027,10 @@ impl<'a> Translator<'a> {
         } else {
             std::mem::take(&mut self.redirects)
         };
+        // Routes come from the Ingresses' parts alone (a fork holds them until it becomes one).
         let ingress_parts = std::mem::take(&mut self.ingress_parts);
-        let routes: Vec<&RouteCandidate> = ingress_parts
-            .iter()
-            .flat_map(|part| &part.routes)
-            .chain(&self.routes)
-            .collect();
+        let routes: Vec<&RouteCandidate> =
+            ingress_parts.iter().flat_map(|part| &part.routes).collect();
         let redirects: Vec<&RedirectClaim> = redirects.iter().collect();
         let (mut maps, redirect_codes) = routes::build_maps(&routes, &redirects, &mut self.diags);
         // route-acl: canary routes get their own part of the maps and frontend rules.

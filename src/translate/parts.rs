@@ -128,11 +128,6 @@ pub struct Parts {
 }
 
 impl Parts {
-    /// How many Ingress and backend parts are kept.
-    pub fn len(&self) -> (usize, usize) {
-        (self.ingresses.len(), self.backends.len())
-    }
-
     /// Drops the parts of the backends `names`, whose servers moved since they were made.
     pub fn forget_backends<'n>(&mut self, names: impl Iterator<Item = &'n str>) {
         for name in names {
