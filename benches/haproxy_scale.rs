@@ -55,6 +55,8 @@
 //!
 //! Output: markdown tables on stdout; with `HSCALE_OUT=<dir>`, also `haproxy-scale.csv` and
 //! `haproxy-dataplane.csv` there. Other knobs: `HSCALE_DEBOUNCE` (default `100ms`),
+//! `HSCALE_CTL_LOG` (the scale controller's `--log-level`, default `warn`; e.g.
+//! `warn,portcullis::controller=debug,portcullis::apply=debug` shows each apply's phases),
 //! `HSCALE_IDLE_SECS` (default 5, CPU of an idle controller and HAProxy), `HSCALE_DP_BACKENDS`
 //! (default 4 backend frontends), `HSCALE_HAPROXY` (default `haproxy`), `HSCALE_KEEP=1` (keep
 //! the work directories under /tmp).
@@ -119,6 +121,8 @@ struct Options {
     rounds: usize,
     latency_budget: Duration,
     debounce: String,
+    /// `--log-level` of the controller of the scale part; its stderr is shown.
+    ctl_log: String,
     reloads: usize,
     idle: Duration,
     churn_secs: u64,
@@ -142,6 +146,7 @@ impl Options {
             rounds: env_num("HSCALE_ROUNDS", 20),
             latency_budget: Duration::from_secs(env_num("HSCALE_LATENCY_BUDGET_SECS", 180)),
             debounce: std::env::var("HSCALE_DEBOUNCE").unwrap_or_else(|_| "100ms".to_string()),
+            ctl_log: std::env::var("HSCALE_CTL_LOG").unwrap_or_else(|_| "warn".to_string()),
             reloads: env_num("HSCALE_RELOADS", 3),
             idle: Duration::from_secs(env_num("HSCALE_IDLE_SECS", 5)),
             churn_secs: env_num("HSCALE_CHURN_SECS", 60),
@@ -237,7 +242,7 @@ impl Controller {
         .stdout(Stdio::null())
         // At `warn` the bench shows what goes wrong; at `info` the output is mostly request
         // log lines, thousands a second, and is discarded.
-        .stderr(if log_level == "warn" {
+        .stderr(if log_level.starts_with("warn") {
             Stdio::inherit()
         } else {
             Stdio::null()
@@ -801,7 +806,7 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
 
     // Cold start.
     let t0 = Instant::now();
-    let mut ctl = Controller::start(&dir, work.path(), opt, "warn");
+    let mut ctl = Controller::start(&dir, work.path(), opt, &opt.ctl_log);
     let limit = Duration::from_secs(600);
     while !ctl.ready() {
         ctl.assert_alive();

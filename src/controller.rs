@@ -497,20 +497,24 @@ async fn compute(
             "full"
         };
         metrics.pipeline_runs.inc(&[path]);
-        metrics
-            .pipeline_duration
-            .observe(&[path], started.elapsed().as_secs_f64());
+        let took = started.elapsed().as_secs_f64();
+        metrics.pipeline_duration.observe(&[path], took);
+        tracing::debug!(path, run_ms = took * 1e3, "pipeline ran");
         output
     };
     tokio::task::spawn_blocking(move || match input {
         SourceInput::Files(dir, cache, store) => {
-            let loaded = files::load_dir_cached(&dir, &cache).map_err(|e| e.to_string())?;
+            let started = Instant::now();
             let mut store = store
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            store.sync_to(loaded.objects);
+            let problems = files::sync_dir(&dir, &cache, &mut store).map_err(|e| e.to_string())?;
+            tracing::debug!(
+                read_ms = started.elapsed().as_secs_f64() * 1e3,
+                "manifests read"
+            );
             let mut output = run(&store)?;
-            let mut diagnostics = loaded.diagnostics.into_sorted();
+            let mut diagnostics = problems.into_sorted();
             diagnostics.append(&mut output.diagnostics);
             output.diagnostics = diagnostics;
             Ok((output, None))
@@ -543,6 +547,10 @@ async fn apply_output(
         output.rendered.clone(),
         &pipeline.renderer,
         applier.running(),
+    );
+    tracing::debug!(
+        following_ms = started.elapsed().as_secs_f64() * 1e3,
+        "configuration prepared"
     );
     let mut result = applier.apply(next).await;
     // HAProxy is the judge of certificates: one it refuses (a key that does not match, a

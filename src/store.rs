@@ -181,21 +181,7 @@ impl Store {
         // `Arc`, as a parse cache gives for an unchanged file) costs one lookup, not a key.
         let mut covered: HashSet<usize> = HashSet::with_capacity(objects.len());
         for object in objects {
-            let address = object.address();
-            if self.addresses.contains(&address) {
-                covered.insert(address);
-                continue;
-            }
-            let key = object.key();
-            match self.held_equal(&object, &key) {
-                Some(held) => {
-                    covered.insert(held);
-                }
-                None => {
-                    self.upsert(object);
-                    covered.insert(address);
-                }
-            }
+            covered.insert(self.upsert_if_changed(object));
         }
         // An object replaced by a later one of the same kind and key is no entry any more.
         let kept = covered
@@ -219,6 +205,34 @@ impl Store {
     }
 
     /// The address of the object held under `key` when it is equal to `object`.
+    /// Upserts `object` unless the store holds it or an equal one under its key, so that the
+    /// journal names only real changes. Returns the address of the object then held.
+    pub fn upsert_if_changed(&mut self, object: Object) -> usize {
+        let address = object.address();
+        if self.addresses.contains(&address) {
+            return address;
+        }
+        if let Some(held) = self.held_equal(&object, &object.key()) {
+            return held;
+        }
+        self.upsert(object);
+        address
+    }
+
+    /// Whether an object of `kind` is held under `key`.
+    pub fn holds(&self, kind: Kind, key: &Key) -> bool {
+        match kind {
+            Kind::Ingress => self.ingresses.contains_key(key),
+            Kind::IngressClass => self.ingress_classes.contains_key(key),
+            Kind::Service => self.services.contains_key(key),
+            Kind::EndpointSlice => self.endpoint_slices.contains_key(key),
+            Kind::Secret => self.secrets.contains_key(key),
+            Kind::ConfigMap => self.config_maps.contains_key(key),
+            Kind::Pod => self.pods.contains_key(key),
+            Kind::Tcp => self.tcps.contains_key(key),
+        }
+    }
+
     fn held_equal(&self, object: &Object, key: &Key) -> Option<usize> {
         fn same<T: PartialEq>(map: &BTreeMap<Key, Arc<T>>, key: &Key, o: &Arc<T>) -> Option<usize> {
             map.get(key)

@@ -153,7 +153,9 @@ impl Applier {
         if self.loaded.as_ref() == Some(&new.rendered) {
             self.owed_reload = None;
         }
+        let started = std::time::Instant::now();
         let mut plan = plan::plan(running, &new);
+        let planned = started.elapsed();
         if let Some(owed) = &self.owed_reload {
             plan.reload_reasons.push(format!("retrying: {owed}"));
         }
@@ -182,8 +184,16 @@ impl Applier {
                 }
             }
         }
+        let sent = started.elapsed();
         // The disk follows, so that any later reload starts from the same state.
         self.write_files(&new.rendered)?;
+        tracing::debug!(
+            commands = count,
+            plan_ms = planned.as_secs_f64() * 1e3,
+            commands_ms = (sent - planned).as_secs_f64() * 1e3,
+            write_ms = (started.elapsed() - sent).as_secs_f64() * 1e3,
+            "runtime commands sent, files written"
+        );
         self.loaded = Some(new.rendered.clone());
         let mut running = new;
         if let Some(tls) = plan.running_tls {

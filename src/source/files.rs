@@ -3,11 +3,13 @@
 //! This is how Portcullis runs with no cluster. A malformed document is reported with its file
 //! and document index; every other document still loads.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
 use crate::objects::{Key, Kind, Object, ParseError};
+use crate::store::{Mark, Store};
 
 /// Errors that stop the whole source (as opposed to one bad document).
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +45,8 @@ type Parsed = Vec<(usize, Result<(Kind, Key, Object), String>)>;
 #[derive(Debug)]
 pub struct ParseCache {
     files: std::sync::Mutex<HashMap<PathBuf, Cached>>,
+    /// What [`sync_dir`] last brought a store to.
+    definitions: std::sync::Mutex<Option<Definitions>>,
     /// How long before it is read a file must have last changed for its stamp to vouch for
     /// its content.
     margin: std::time::Duration,
@@ -52,6 +56,7 @@ impl Default for ParseCache {
     fn default() -> Self {
         Self {
             files: std::sync::Mutex::default(),
+            definitions: std::sync::Mutex::default(),
             margin: std::time::Duration::from_secs(1),
         }
     }
@@ -60,7 +65,7 @@ impl Default for ParseCache {
 #[derive(Debug)]
 struct Cached {
     fingerprint: u128,
-    parsed: std::sync::Arc<Parsed>,
+    parsed: Arc<Parsed>,
     /// The file's stamp when it was read, when it can vouch for the content (see [`Stamp`]).
     stamp: Option<Stamp>,
 }
@@ -108,15 +113,66 @@ impl Stamp {
 
 /// [`load_dir`], parsing only files whose content is not in `cache`.
 pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesError> {
-    let mut files = Vec::new();
-    collect_files(dir, &mut files)?;
-    files.sort();
-    let mut loaded = Loaded::default();
-    // The last definition of a kind/namespace/name wins, with a warning naming both places.
-    let mut parsed_files = Vec::new();
+    let (files, mut diagnostics) = read_files(dir, cache)?;
+    let mut definitions = Definitions::default();
+    definitions.update(&files);
+    diagnostics.extend(definitions.diagnostics(&files));
+    Ok(Loaded {
+        objects: definitions.winners(&files),
+        diagnostics,
+    })
+}
+
+/// Brings `store` to what `dir` holds, as [`load_dir_cached`] would, but touching only the
+/// objects of files that changed since the last call with this `cache` and this `store`: a
+/// directory of 30 000 objects is not gone through again when one file changes. Returns the
+/// problems found, in every file.
+pub fn sync_dir(
+    dir: &Path,
+    cache: &ParseCache,
+    store: &mut Store,
+) -> Result<Diagnostics, FilesError> {
+    let (files, mut diagnostics) = read_files(dir, cache)?;
+    let mut kept = cache.definitions.lock().unwrap_or_else(|e| e.into_inner());
+    // Definitions describe the store they were last synced into, as it was then.
+    let fresh = kept.as_ref().is_none_or(|d| d.synced != Some(store.mark()));
+    if fresh {
+        *kept = Some(Definitions::default());
+    }
+    let definitions = kept.get_or_insert_with(Definitions::default);
+    let touched = definitions.update(&files);
+    if fresh {
+        store.sync_to(definitions.winners(&files));
+    } else {
+        for (kind, key) in touched {
+            match definitions.winner(kind, &key) {
+                Some(object) => {
+                    store.upsert_if_changed(object.clone());
+                }
+                None if store.holds(kind, &key) => store.delete(kind, &key),
+                None => {}
+            }
+        }
+    }
+    definitions.synced = Some(store.mark());
+    diagnostics.extend(definitions.diagnostics(&files));
+    Ok(diagnostics)
+}
+
+/// A file read: its path, its name as messages give it, its documents.
+type ReadFile = (PathBuf, String, Arc<Parsed>);
+
+/// Every manifest file under `dir` in path order, parsed (from `cache` where its content did
+/// not change), and the files that could not be read.
+fn read_files(dir: &Path, cache: &ParseCache) -> Result<(Vec<ReadFile>, Diagnostics), FilesError> {
+    let mut paths = Vec::new();
+    collect_files(dir, &mut paths)?;
+    paths.sort();
+    let mut diagnostics = Diagnostics::default();
+    let mut files = Vec::with_capacity(paths.len());
     let mut cached = cache.files.lock().unwrap_or_else(|e| e.into_inner());
-    cached.retain(|path, _| files.contains(path));
-    for file in files {
+    cached.retain(|path, _| paths.binary_search(path).is_ok());
+    for file in paths {
         let display = file
             .strip_prefix(dir)
             .unwrap_or(&file)
@@ -126,14 +182,15 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
         let metadata = std::fs::metadata(&file).ok();
         if let (Some(metadata), Some(entry)) = (&metadata, cached.get(&file)) {
             if entry.stamp == Some(Stamp::of(metadata)) {
-                parsed_files.push((display, entry.parsed.clone()));
+                let parsed = entry.parsed.clone();
+                files.push((file, display, parsed));
                 continue;
             }
         }
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) => {
-                loaded.diagnostics.push(Diagnostic {
+                diagnostics.push(Diagnostic {
                     severity: Severity::Error,
                     subject: Subject::File { file: display },
                     field: None,
@@ -145,7 +202,7 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
         let fingerprint = crate::fingerprint::of_bytes(text.as_bytes());
         let parsed = match cached.get(&file) {
             Some(entry) if entry.fingerprint == fingerprint => entry.parsed.clone(),
-            _ => std::sync::Arc::new(parse_file(&file, &text)),
+            _ => Arc::new(parse_file(&file, &text)),
         };
         let stamp = metadata
             .as_ref()
@@ -158,48 +215,162 @@ pub fn load_dir_cached(dir: &Path, cache: &ParseCache) -> Result<Loaded, FilesEr
                 stamp,
             },
         );
-        parsed_files.push((display, parsed));
+        files.push((file, display, parsed));
     }
-    let mut seen: Seen = HashMap::with_capacity(parsed_files.iter().map(|(_, p)| p.len()).sum());
-    for (display, parsed) in &parsed_files {
-        add_documents(&mut loaded, &mut seen, display, parsed);
-    }
-    Ok(loaded)
+    Ok((files, diagnostics))
 }
 
-/// Where each object was defined: file (as messages name it) and document index.
-type Seen<'a> = HashMap<(Kind, &'a Key), (&'a str, usize)>;
+/// Where each kind and key is defined across the files. The last definition in path and
+/// document order wins, with a warning naming both places.
+#[derive(Debug, Default)]
+struct Definitions {
+    /// The files these definitions come from, by path.
+    files: HashMap<PathBuf, Arc<Parsed>>,
+    /// Every definition of each kind and key, in path and document order.
+    by_key: HashMap<(Kind, Key), Vec<Definition>>,
+    /// The kinds and keys defined more than once.
+    twice: BTreeSet<(Kind, Key)>,
+    /// The store these definitions were last synced into, as it was then.
+    synced: Option<Mark>,
+}
 
-/// Adds the documents of one file: its objects, and an error for each document that is not
-/// one. The last definition of a kind/namespace/name wins, with a warning naming both places.
-fn add_documents<'a>(
-    loaded: &mut Loaded,
-    seen: &mut Seen<'a>,
-    display: &'a str,
-    parsed: &'a Parsed,
-) {
-    for (index, outcome) in parsed {
-        match outcome {
-            Ok((kind, key, object)) => {
-                if let Some((file_before, index_before)) =
-                    seen.insert((*kind, key), (display, *index))
-                {
-                    loaded.diagnostics.push(Diagnostic {
-                        severity: Severity::Warning,
-                        subject: Subject::Object(object.object_ref()),
-                        field: None,
-                        message: format!(
-                            "defined twice; {display} (document {index}) replaces the one in \
-                             {file_before} (document {index_before})"
-                        ),
-                    });
+#[derive(Debug)]
+struct Definition {
+    path: Arc<Path>,
+    display: Arc<str>,
+    index: usize,
+    object: Object,
+}
+
+impl Definitions {
+    /// Takes `files` as the directory's content: drops the definitions of files that are gone
+    /// or changed, adds those of files that are new or changed. Returns the kinds and keys
+    /// whose definitions changed.
+    fn update(&mut self, files: &[ReadFile]) -> BTreeSet<(Kind, Key)> {
+        let mut touched = BTreeSet::new();
+        let now: HashMap<&Path, &Arc<Parsed>> = files
+            .iter()
+            .map(|(path, _, parsed)| (path.as_path(), parsed))
+            .collect();
+        let gone: Vec<PathBuf> = self
+            .files
+            .iter()
+            .filter(|(path, parsed)| {
+                now.get(path.as_path())
+                    .is_none_or(|p| !Arc::ptr_eq(p, parsed))
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        for path in gone {
+            let Some(parsed) = self.files.remove(&path) else {
+                continue;
+            };
+            for (_, outcome) in parsed.iter() {
+                let Ok((kind, key, _)) = outcome else {
+                    continue;
+                };
+                if let Some(list) = self.by_key.get_mut(&(*kind, key.clone())) {
+                    list.retain(|d| *d.path != *path);
                 }
-                loaded.objects.push(object.clone());
+                touched.insert((*kind, key.clone()));
             }
-            Err(reason) => loaded
-                .diagnostics
-                .push(document_error(display, *index, reason.clone())),
         }
+        for (path, display, parsed) in files {
+            if self.files.contains_key(path) {
+                continue;
+            }
+            let (shared_path, shared_display): (Arc<Path>, Arc<str>) =
+                (Arc::from(path.as_path()), Arc::from(display.as_str()));
+            for (index, outcome) in parsed.iter() {
+                let Ok((kind, key, object)) = outcome else {
+                    continue;
+                };
+                let list = self.by_key.entry((*kind, key.clone())).or_default();
+                let at = list.partition_point(|d| (&*d.path, d.index) < (path.as_path(), *index));
+                list.insert(
+                    at,
+                    Definition {
+                        path: shared_path.clone(),
+                        display: shared_display.clone(),
+                        index: *index,
+                        object: object.clone(),
+                    },
+                );
+                touched.insert((*kind, key.clone()));
+            }
+            self.files.insert(path.clone(), parsed.clone());
+        }
+        for entry in &touched {
+            match self.by_key.get(entry).map(Vec::len) {
+                Some(0) => {
+                    self.by_key.remove(entry);
+                    self.twice.remove(entry);
+                }
+                Some(1) | None => {
+                    self.twice.remove(entry);
+                }
+                Some(_) => {
+                    self.twice.insert(entry.clone());
+                }
+            }
+        }
+        touched
+    }
+
+    /// The object defined last under `kind` and `key`.
+    fn winner(&self, kind: Kind, key: &Key) -> Option<&Object> {
+        self.by_key
+            .get(&(kind, key.clone()))
+            .and_then(|list| list.last())
+            .map(|d| &d.object)
+    }
+
+    /// The winning definitions, in the order of `files`.
+    fn winners(&self, files: &[ReadFile]) -> Vec<Object> {
+        let mut out = Vec::with_capacity(self.by_key.len());
+        for (path, _, parsed) in files {
+            for (index, outcome) in parsed.iter() {
+                let Ok((kind, key, object)) = outcome else {
+                    continue;
+                };
+                let wins = self.twice.is_empty()
+                    || !self.twice.contains(&(*kind, key.clone()))
+                    || self.by_key[&(*kind, key.clone())]
+                        .last()
+                        .is_some_and(|d| *d.path == **path && d.index == *index);
+                if wins {
+                    out.push(object.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// The documents of `files` that are not objects, and the objects defined twice.
+    fn diagnostics(&self, files: &[ReadFile]) -> Diagnostics {
+        let mut out = Diagnostics::default();
+        for (_, display, parsed) in files {
+            for (index, outcome) in parsed.iter() {
+                if let Err(reason) = outcome {
+                    out.push(document_error(display, *index, reason.clone()));
+                }
+            }
+        }
+        for entry in &self.twice {
+            for pair in self.by_key[entry].windows(2) {
+                let (before, after) = (&pair[0], &pair[1]);
+                out.push(Diagnostic {
+                    severity: Severity::Warning,
+                    subject: Subject::Object(after.object.object_ref()),
+                    field: None,
+                    message: format!(
+                        "defined twice; {} (document {}) replaces the one in {} (document {})",
+                        after.display, after.index, before.display, before.index
+                    ),
+                });
+            }
+        }
+        out
     }
 }
 
@@ -354,6 +525,74 @@ mod tests {
         let (objects, diags) = same(&cache);
         assert_eq!(objects, ["ns/c"]);
         assert!(diags.is_empty(), "{diags:?}");
+    }
+
+    /// `sync_dir` keeps a store equal to a fresh read through changed, removed, broken and
+    /// duplicated definitions, names only real changes in the journal, and starts over on a
+    /// store it did not sync last.
+    #[test]
+    fn synced_store_follows_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ParseCache {
+            margin: std::time::Duration::ZERO,
+            ..ParseCache::default()
+        };
+        let doc = |name: &str, port: u16| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n\
+                 spec: {{ports: [{{port: {port}}}]}}\n---\n"
+            )
+        };
+        let diagnostics = |d: Diagnostics| -> Vec<String> {
+            d.into_sorted().iter().map(ToString::to_string).collect()
+        };
+        let mut store = Store::new();
+        // Syncs, then checks the store against a fresh read: syncing a copy to the fresh
+        // objects must change nothing. Returns how many changes the sync made.
+        let step = |store: &mut Store| -> usize {
+            let before = store.mark();
+            let found = sync_dir(dir.path(), &cache, store).unwrap();
+            let made = store.changes_since(before).unwrap().count();
+            let fresh = load_dir(dir.path()).unwrap();
+            assert_eq!(diagnostics(found), diagnostics(fresh.diagnostics));
+            let mut copy = store.clone();
+            let mark = copy.mark();
+            copy.sync_to(fresh.objects);
+            let differences: Vec<_> = copy.changes_since(mark).unwrap().collect();
+            assert!(differences.is_empty(), "{differences:?}");
+            made
+        };
+        let write = |file: &str, text: String| {
+            let path = dir.path().join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write("a.yaml", doc("a", 1) + doc("b", 1).as_str());
+        write("b.yaml", doc("b", 2) + ": [\n");
+        assert_eq!(step(&mut store), 2);
+        assert_eq!(store.len(), 2);
+        // The same files again: nothing changes.
+        assert_eq!(step(&mut store), 0);
+        // b.yaml's `b` goes: a.yaml's comes back.
+        write("b.yaml", doc("c", 1));
+        assert_eq!(step(&mut store), 2);
+        // A file sorted between the two defines `b` and `c` again; then a.yaml goes.
+        write("a1.yaml", doc("b", 3) + doc("c", 3).as_str());
+        assert_eq!(step(&mut store), 1);
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        assert_eq!(step(&mut store), 1);
+        assert_eq!(store.len(), 2);
+        // Rewritten with the same objects in another order: no change.
+        write("a1.yaml", doc("c", 3) + doc("b", 3).as_str());
+        assert_eq!(step(&mut store), 0);
+        // Paths sort by component: a/z.yaml comes before b.yaml, whose `c` still wins.
+        write("a/z.yaml", doc("c", 4));
+        assert_eq!(step(&mut store), 0);
+        // Another store is brought to the directory whole.
+        let mut other = Store::new();
+        assert_eq!(step(&mut other), 2);
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+        assert_eq!(step(&mut store), 1, "the first store, synced whole again");
     }
 
     /// With stamps vouching at once (no margin), files replaced by a rename with the same
