@@ -44,6 +44,8 @@ pub(crate) struct Fragments {
     /// Backend fingerprints by the address of the shared backend (kept alive here, so the
     /// address is not reused while remembered) → (backend, fingerprint, last render).
     fingerprints: HashMap<usize, (Arc<Backend>, u128, u64)>,
+    /// Sections rendered rather than taken from memory, for tests.
+    rendered: u64,
 }
 
 impl Fragments {
@@ -59,6 +61,20 @@ impl Fragments {
         self.fingerprints
             .retain(|_, (_, _, used)| *used >= keep_from);
         self.render
+    }
+
+    pub(crate) fn rendered_sections(&self) -> u64 {
+        self.rendered
+    }
+
+    /// Forgets what was remembered for `backend`, which a patch replaced: patches start no
+    /// render of their own (the sections they keep are those of the render they patch, and
+    /// stay remembered with it), so they drop what they replace.
+    fn replaced(&mut self, backend: &Arc<Backend>) {
+        let address = Arc::as_ptr(backend) as usize;
+        if let Some((_, fp, _)) = self.fingerprints.remove(&address) {
+            self.texts.remove(&fp);
+        }
     }
 
     /// Notes that the current render used `text`, remembered for backend `fp`.
@@ -231,15 +247,17 @@ pub(crate) fn patch(
     if layout.touched.load(Ordering::Relaxed) || !same_but_backends(previous, model) {
         return Ok(None);
     }
-    if let Ok(mut f) = fragments.lock() {
-        f.begin();
-    }
+    // No `begin`: starting a render would, after a few patches, drop the remembered sections
+    // of every backend the patches kept, and the next full render would redo them all.
     let mut texts: HashMap<usize, Arc<str>> = HashMap::new();
     for (i, (old, new)) in previous.backends.iter().zip(&model.backends).enumerate() {
         if Arc::ptr_eq(old, new) || old == new {
             continue;
         }
         let text = section_text(env, fragments, &layout.model, &layout.files, new)?;
+        if let Ok(mut f) = fragments.lock() {
+            f.replaced(old);
+        }
         texts.insert(i, text);
     }
     // A section template that read another backend saw the previous one.
@@ -317,6 +335,9 @@ fn section_text(
         .and_then(|t| t.render(ctx));
     let reads = view.map(|v| v.recorded());
     let text: Arc<str> = Arc::from(rendered?);
+    if let Ok(mut f) = fragments.lock() {
+        f.rendered += 1;
+    }
     // A section that read the backends list (other backends) is not remembered.
     let reads = view.zip(reads).and_then(|(view, reads)| {
         reads

@@ -201,6 +201,11 @@ impl Renderer {
         self.id
     }
 
+    /// How many backend sections this renderer rendered rather than took from memory.
+    pub fn sections_rendered(&self) -> u64 {
+        self.fragments.lock().map_or(0, |f| f.rendered_sections())
+    }
+
     /// The effective template files.
     pub fn templates(&self) -> &[SourceFile] {
         &self.templates
@@ -505,6 +510,34 @@ mod tests {
         slot.address = Some("10.9.9.9".to_string());
         slot.port = 9999;
         (pipeline, base, moved)
+    }
+
+    /// Patches keep the remembered sections of the backends they did not change: after any
+    /// number of them, a full render redoes only the sections no render remembers.
+    #[test]
+    fn patches_keep_the_remembered_sections() {
+        let (pipeline, base, moved) = synthetic_model_and_moved();
+        let renderer = &pipeline.renderer;
+        let mut rendered = renderer.render(&base).unwrap();
+        let mut previous = base.clone();
+        for model in [&moved, &base, &moved, &base, &moved] {
+            rendered = renderer
+                .render_patched(&previous, &rendered, model)
+                .unwrap()
+                .expect("a patch");
+            previous = model.clone();
+        }
+        let before = renderer.sections_rendered();
+        let full = renderer.render(&moved).unwrap();
+        assert_eq!(full, rendered);
+        assert_eq!(
+            renderer.sections_rendered(),
+            before,
+            "sections rendered again"
+        );
+        // The section the last patch replaced is forgotten.
+        renderer.render(&base).unwrap();
+        assert_eq!(renderer.sections_rendered(), before + 1);
     }
 
     /// Remembered backend sections never show an old backend or an old rest of the model.
