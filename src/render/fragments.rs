@@ -77,14 +77,21 @@ impl Fragments {
         }
     }
 
-    /// Notes that the current render used `text`, remembered for backend `fp`.
-    fn used(&mut self, fp: u128, text: &Arc<str>) {
+    /// A text remembered for backend `fp` whose render read model fields that `field` still
+    /// gives the same fingerprints; noted as used by the current render.
+    fn remembered(
+        &mut self,
+        fp: u128,
+        field: impl Fn(&'static str) -> Option<u128>,
+    ) -> Option<Arc<str>> {
         let render = self.render;
-        for t in self.texts.get_mut(&fp).into_iter().flatten() {
-            if Arc::ptr_eq(&t.text, text) {
-                t.used = render;
-            }
-        }
+        let found = self.texts.get_mut(&fp)?.iter_mut().find(|t| {
+            t.reads
+                .iter()
+                .all(|(name, value)| field(name) == Some(*value))
+        })?;
+        found.used = render;
+        Some(found.text.clone())
     }
 
     fn remember(&mut self, fp: u128, reads: Vec<(&'static str, u128)>, text: Arc<str>) {
@@ -299,28 +306,13 @@ fn section_text(
 ) -> Result<Arc<str>, Error> {
     // Only the model as the render gives it can say what a section read.
     let view = model.downcast_object_ref::<ModelView>();
-    let fp = view.and(fragments.lock().ok().map(|mut f| f.fingerprint(backend)));
-    if let (Some(view), Some(fp)) = (view, fp) {
-        let candidates = fragments.lock().ok().and_then(|f| {
-            let texts = f.texts.get(&fp)?;
-            Some(
-                texts
-                    .iter()
-                    .map(|t| (t.reads.clone(), t.text.clone()))
-                    .collect::<Vec<_>>(),
-            )
-        });
-        for (reads, text) in candidates.into_iter().flatten() {
-            if reads
-                .iter()
-                .all(|(name, field)| view.fingerprint(name) == Some(*field))
-            {
-                if let Ok(mut f) = fragments.lock() {
-                    f.used(fp, &text);
-                }
-                return Ok(text);
-            }
+    let mut fp = None;
+    if let (Some(view), Ok(mut f)) = (view, fragments.lock()) {
+        let backend_fp = f.fingerprint(backend);
+        if let Some(text) = f.remembered(backend_fp, |name| view.fingerprint(name)) {
+            return Ok(text);
         }
+        fp = Some(backend_fp);
     }
     let ctx = minijinja::context! {
         model => model.clone(),
@@ -361,7 +353,17 @@ pub(crate) fn to_value<T: serde::Serialize>(value: &T) -> Value {
 const MARK_LEN: usize = 1 + 16 + 8 + 1;
 
 fn mark(nonce: u64, number: usize) -> String {
-    format!("\0{nonce:016x}{number:08x}\0")
+    // Written by hand: a `format!` per section was a tenth of a render's instructions.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digit =
+        |v: u64, shift: u32| char::from(HEX[usize::try_from((v >> shift) & 0xf).unwrap_or(0)]);
+    let number = u64::try_from(number).unwrap_or(u64::MAX);
+    let mut out = String::with_capacity(MARK_LEN);
+    out.push('\0');
+    out.extend((0..16).rev().map(|i| digit(nonce, i * 4)));
+    out.extend((0..8).rev().map(|i| digit(number, i * 4)));
+    out.push('\0');
+    out
 }
 
 fn parse_mark(mark: &str, nonce: u64) -> Option<usize> {
@@ -668,4 +670,20 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
             }))
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_are_what_they_were_and_parse_back() {
+        for (nonce, number) in [(0, 0), (u64::MAX, 0xffff_ffff), (0x0123_4567_89ab_cdef, 42)] {
+            let m = mark(nonce, number);
+            assert_eq!(m, format!("\0{nonce:016x}{number:08x}\0"));
+            assert_eq!(m.len(), MARK_LEN);
+            assert_eq!(parse_mark(&m, nonce), Some(number));
+            assert_eq!(parse_mark(&m, nonce ^ 1), None);
+        }
+    }
 }
