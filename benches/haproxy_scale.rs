@@ -917,12 +917,21 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         path.push(t0.elapsed().as_secs_f64());
     }
     for (name, samples) in [("ep", &mut endpoint), ("path", &mut path)] {
+        // The slowest rounds by number, before sorting: a slow first round is a warm-up.
+        let mut slowest: Vec<(usize, f64)> = samples.iter().copied().enumerate().collect();
+        slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let slowest: Vec<String> = slowest
+            .iter()
+            .take(3)
+            .map(|(round, s)| format!("#{round} {:.1} ms", s * 1e3))
+            .collect();
         samples.sort_by(f64::total_cmp);
         progress!(
-            "N={n}: {name} n={} p50={:.1} ms p99={:.1} ms",
+            "N={n}: {name} n={} p50={:.1} ms p99={:.1} ms; slowest rounds {}",
             samples.len(),
             percentile(samples, 0.5) * 1e3,
-            percentile(samples, 0.99) * 1e3
+            percentile(samples, 0.99) * 1e3,
+            slowest.join(", ")
         );
     }
     f.num(

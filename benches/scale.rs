@@ -272,7 +272,7 @@ fn main() {
     }
     println!();
     println!(
-        "\"after a change\": Store::upsert of the change, then the run (hook results of unchanged inputs come from the memo; translation and rendering are whole)."
+        "\"after a change\": Store::upsert of the change, then the run as `portcullis run` does it: hook results of unchanged inputs from the memo, unchanged Ingresses and backends from the last run's parts, unchanged backend sections from the renderer's memory (see docs/performance.md)."
     );
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }

@@ -66,8 +66,9 @@ pub fn watch_dir(
                 .await
                 .unwrap_or_default();
             if now != last {
+                let at = changed_at(&last, &now);
                 last = now;
-                if changes.send(Instant::now()).is_err() {
+                if changes.send(at).is_err() {
                     return;
                 }
             }
@@ -77,6 +78,35 @@ pub fn watch_dir(
         _watcher: watcher,
         _poller: poller,
     })
+}
+
+/// When the directory changed between two fingerprints, as the change notifications tell it:
+/// the latest modification time of a file that is new or different. Inotify has usually
+/// reported that change already; sent as "now", the safety net's notification would restart
+/// the debounce of a change long noticed (every poll period, a change applied 100 ms late).
+/// A file that went away, or a time in the future, counts as now.
+fn changed_at(
+    before: &[(PathBuf, u64, Option<SystemTime>)],
+    after: &[(PathBuf, u64, Option<SystemTime>)],
+) -> Instant {
+    let now = Instant::now();
+    // Both are sorted by path, and a path appears once.
+    let gone = before
+        .iter()
+        .any(|b| after.binary_search_by(|a| a.0.cmp(&b.0)).is_err());
+    let changed: Option<Vec<SystemTime>> = after
+        .iter()
+        .filter(|a| before.binary_search(a).is_err())
+        .map(|a| a.2)
+        .collect();
+    match (gone, changed.and_then(|times| times.into_iter().max())) {
+        (false, Some(latest)) => SystemTime::now()
+            .duration_since(latest)
+            .ok()
+            .and_then(|ago| now.checked_sub(ago))
+            .unwrap_or(now),
+        _ => now,
+    }
 }
 
 /// (path, size, mtime) of every file under `dir`, following symlinks, sorted.
@@ -101,4 +131,52 @@ fn fingerprint(dir: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     }
     out.sort();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The safety net's notification carries the time of the change, not of the poll that
+    /// found it: a change inotify reported already does not start its debounce again.
+    #[tokio::test]
+    async fn a_poll_reports_when_the_files_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), "a: 1\n").unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let _watch = watch_dir(dir.path(), tx, Duration::from_millis(400)).unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let written = Instant::now();
+        std::fs::write(dir.path().join("a.yaml"), "a: 22\n").unwrap();
+        // The poll at 400 ms finds the change 300 ms after it was made.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let mut seen = Vec::new();
+        while let Ok(at) = rx.try_recv() {
+            seen.push(at);
+        }
+        assert!(!seen.is_empty());
+        for at in seen {
+            let late = at.saturating_duration_since(written);
+            assert!(
+                late < Duration::from_millis(150),
+                "a notification {late:?} after the write"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_gone_or_without_a_time_is_a_change_now() {
+        let old = SystemTime::now() - Duration::from_secs(60);
+        let entry = |name: &str, t: Option<SystemTime>| (PathBuf::from(name), 1, t);
+        let before = vec![entry("a", Some(old)), entry("b", Some(old))];
+        let recent = |at: Instant| at.elapsed() < Duration::from_secs(1);
+        // Changed a minute ago: reported as then.
+        let after = vec![entry("a", Some(old)), (PathBuf::from("b"), 2, Some(old))];
+        assert!(!recent(changed_at(&before, &after)));
+        assert!(recent(changed_at(&before, &[entry("a", Some(old))])));
+        assert!(recent(changed_at(
+            &before,
+            &[entry("a", Some(old)), entry("b", None)]
+        )));
+    }
 }
