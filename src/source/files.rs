@@ -527,16 +527,21 @@ mod tests {
         assert!(diags.is_empty(), "{diags:?}");
     }
 
+    /// A cache whose stamps vouch for a file as soon as it was read (no margin).
+    fn vouching_at_once() -> ParseCache {
+        ParseCache {
+            margin: std::time::Duration::ZERO,
+            ..ParseCache::default()
+        }
+    }
+
     /// `sync_dir` keeps a store equal to a fresh read through changed, removed, broken and
     /// duplicated definitions, names only real changes in the journal, and starts over on a
     /// store it did not sync last.
     #[test]
     fn synced_store_follows_the_files() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ParseCache {
-            margin: std::time::Duration::ZERO,
-            ..ParseCache::default()
-        };
+        let cache = vouching_at_once();
         let doc = |name: &str, port: u16| {
             format!(
                 "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n\
@@ -600,10 +605,7 @@ mod tests {
     #[test]
     fn stamps_see_replaced_and_rewritten_files() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = ParseCache {
-            margin: std::time::Duration::ZERO,
-            ..ParseCache::default()
-        };
+        let cache = vouching_at_once();
         let service = |name: &str| {
             format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
         };
