@@ -486,13 +486,15 @@ async fn compute(
 ) -> Result<(Output, Option<Arc<Store>>), String> {
     let p = pipeline.clone();
     let metrics = metrics.clone();
-    // Runs of one pipeline are sequential, so its endpoint-run count tells how this one went.
+    // Runs of one pipeline are sequential, so its run counts tell how this one went.
     let run = move |store: &Store| {
-        let before = p.endpoint_only_runs();
+        let before = (p.endpoint_only_runs(), p.partial_runs());
         let started = Instant::now();
         let output = p.run_with(store, &inputs).map_err(|e| e.to_string());
-        let path = if p.endpoint_only_runs() > before {
+        let path = if p.endpoint_only_runs() > before.0 {
             "endpoints"
+        } else if p.partial_runs() > before.1 {
+            "parts"
         } else {
             "full"
         };

@@ -257,7 +257,7 @@ pub struct Metrics {
     pub input_diagnostics: GaugeVec,
     /// `portcullis_applies_total{outcome}`, outcome = `runtime`, `reload`, `unchanged` or `failed`.
     pub applies: CounterVec,
-    /// `portcullis_pipeline_runs_total{path}`, path = `full` or `endpoints`.
+    /// `portcullis_pipeline_runs_total{path}`, path = `full`, `parts` or `endpoints`.
     pub pipeline_runs: CounterVec,
     /// `portcullis_pipeline_duration_seconds{path}`
     pub pipeline_duration: HistogramVec,
@@ -345,12 +345,12 @@ impl Metrics {
             ),
             pipeline_runs: r.counter_vec(
                 "portcullis_pipeline_runs_total",
-                "Pipeline runs, by path (full, or endpoints: only the backends of changed endpoints redone).",
+                "Pipeline runs, by path (full; parts: unchanged Ingresses and backends taken from the last run; endpoints: only the backends of changed endpoints redone).",
                 &["path"],
             ),
             pipeline_duration: r.histogram_vec(
                 "portcullis_pipeline_duration_seconds",
-                "Time of one pipeline run (translate and render), by path (full or endpoints).",
+                "Time of one pipeline run (translate and render), by path (full, parts or endpoints).",
                 &["path"],
                 &DURATION_BUCKETS,
             ),
@@ -408,7 +408,7 @@ impl Metrics {
         for outcome in ["runtime", "reload", "unchanged", "failed"] {
             m.applies.init(&[outcome]);
         }
-        for path in ["full", "endpoints"] {
+        for path in ["full", "parts", "endpoints"] {
             m.pipeline_runs.init(&[path]);
         }
         for severity in ["warning", "error"] {

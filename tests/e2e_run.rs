@@ -437,6 +437,9 @@ fn five_hundred_new_paths_without_reloads() {
     );
     assert_eq!(h.who("bulk.example.com", "/seed-3"), "b3");
     assert_eq!(h.reloads(), start, "500 new paths must not reload");
+    // Only an Ingress changed: the run took the unchanged backends from the last one.
+    let parts_runs = h.metric("portcullis_pipeline_runs_total{path=\"parts\"}");
+    assert!(parts_runs >= 1.0, "runs that took parts: {parts_runs}");
 }
 
 /// Writes the Secret `secure-tls` with `cert` (certificate PEM, key PEM).
