@@ -144,17 +144,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a.yaml"), "a: 1\n").unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let _watch = watch_dir(dir.path(), tx, Duration::from_millis(400)).unwrap();
+        let poll = Duration::from_millis(400);
+        let _watch = watch_dir(dir.path(), tx, poll).unwrap();
+        let started = Instant::now();
+        // The write falls between the start and the first poll, which finds it 300 ms later.
         tokio::time::sleep(Duration::from_millis(100)).await;
         let written = Instant::now();
         std::fs::write(dir.path().join("a.yaml"), "a: 22\n").unwrap();
-        // The poll at 400 ms finds the change 300 ms after it was made.
-        tokio::time::sleep(Duration::from_millis(700)).await;
+        // Every notification until the poll's (one received after the poll period), or the
+        // deadline.
+        let deadline = started + poll * 5;
         let mut seen = Vec::new();
-        while let Ok(at) = rx.try_recv() {
+        let mut polled = false;
+        while !polled {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some(at)) = tokio::time::timeout(left, rx.recv()).await else {
+                break;
+            };
+            polled = started.elapsed() >= poll;
             seen.push(at);
         }
-        assert!(!seen.is_empty());
+        assert!(polled, "no notification from the poll");
         for at in seen {
             let late = at.saturating_duration_since(written);
             assert!(
