@@ -148,6 +148,7 @@ impl Pipeline {
             }
         }
         let remembered = self.remembered();
+        let prior_claims = last.as_mut().and_then(|p| p.parts.take_claims());
         let moved_endpoints = last
             .as_ref()
             .filter(|previous| {
@@ -166,8 +167,15 @@ impl Pipeline {
             self.partial_runs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let translation =
-            translate::translate(store, &self.config, &self.policy, inputs, &self.memo, prior);
+        let translation = translate::translate(
+            store,
+            &self.config,
+            &self.policy,
+            inputs,
+            &self.memo,
+            prior,
+            prior_claims,
+        );
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {
             share_unchanged_parts(&mut model, &previous.output.model);

@@ -168,7 +168,8 @@ struct BackendBuild {
 
 /// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
 /// run (a fresh one gives the same translation). `prior` holds the parts of the last run,
-/// when nothing but Ingresses and EndpointSlices changed since (see [`parts`]).
+/// when nothing but Ingresses and EndpointSlices changed since (see [`parts`]), and
+/// `prior_claims` that run's sorted map claims ([`parts::Parts::take_claims`]).
 pub fn translate<'a>(
     store: &'a Store,
     config: &'a TranslateConfig,
@@ -176,6 +177,7 @@ pub fn translate<'a>(
     inputs: &'a RunInputs,
     memo: &'a memo::Memo,
     prior: Option<parts::Prior<'a>>,
+    prior_claims: Option<routes::SortedClaims>,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
     if prior.is_some() {
@@ -185,6 +187,7 @@ pub fn translate<'a>(
         policy.begin_run();
     }
     let mut t = Translator::new(store, memo, config, inputs, policy, prior);
+    t.prior_claims = prior_claims.filter(|_| prior.is_some());
     t.load_config_map();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -208,16 +211,16 @@ pub fn translate<'a>(
         &config.controller_class,
         config.watch_ingress_without_class,
     );
-    let mut ingresses: Vec<(&Key, &Arc<Ingress>)> = store
+    // Oldest first, then by namespace and name: where two Ingresses claim the same thing,
+    // the older one wins. The store lists them by namespace and name, so a stable sort on
+    // the age alone gives that order (and costs one pass when most have the same age).
+    let mut ingresses: Vec<_> = store
         .ingresses()
         .filter(|(_, i)| filter.accepts(i))
+        .map(|(key, i)| (i.metadata.creation_timestamp.clone().map(|t| t.0), key, i))
         .collect();
-    // Oldest first: where two Ingresses claim the same thing, the older one wins.
-    ingresses.sort_by(|a, b| {
-        let age = |i: &Ingress| i.metadata.creation_timestamp.clone().map(|t| t.0);
-        age(a.1).cmp(&age(b.1)).then_with(|| a.0.cmp(b.0))
-    });
-    for (rank, (key, ingress)) in ingresses.into_iter().enumerate() {
+    ingresses.sort_by_key(|a| a.0);
+    for (rank, (_, key, ingress)) in ingresses.into_iter().enumerate() {
         t.ingress(rank, key, ingress);
     }
     let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
@@ -279,6 +282,11 @@ struct Translator<'a> {
     kept: parts::Parts,
     /// Every Ingress' part, oldest Ingress first: their routes make the maps.
     ingress_parts: Vec<Arc<parts::IngressPart>>,
+    /// The last run's sorted map claims, patched in `finish` when every part taken kept
+    /// its age rank: the ranks (indexes in `ingress_parts`) of the parts made this run are
+    /// in `replaced_ranks`.
+    prior_claims: Option<routes::SortedClaims>,
+    replaced_ranks: Vec<usize>,
 }
 
 impl<'a> Translator<'a> {
@@ -513,6 +521,8 @@ impl<'a> Translator<'a> {
             prior,
             kept: parts::Parts::default(),
             ingress_parts: Vec::new(),
+            prior_claims: None,
+            replaced_ranks: Vec::new(),
         }
     }
 
@@ -547,10 +557,17 @@ impl<'a> Translator<'a> {
             .prior
             .and_then(|prior| prior.ingress(key, ingress))
             .filter(|part| self.policy.charge(part.operations))
-            .map(|part| part.at_rank(rank));
+            .map(|part| {
+                if part.rank != rank {
+                    // Its claims in the last run's order are at another rank.
+                    self.prior_claims = None;
+                }
+                part.at_rank(rank)
+            });
         let (part, keep) = match taken {
             Some(part) => (part, true),
             None => {
+                self.replaced_ranks.push(rank);
                 let before = self.policy.account();
                 let mut fork = self.fork();
                 fork.ingress_rules(rank, key, ingress);
@@ -1029,13 +1046,23 @@ impl<'a> Translator<'a> {
         };
         // Routes come from the Ingresses' parts alone (a fork holds them until it becomes one).
         let ingress_parts = std::mem::take(&mut self.ingress_parts);
-        let routes: Vec<&RouteCandidate> =
-            ingress_parts.iter().flat_map(|part| &part.routes).collect();
+        let groups: Vec<&[RouteCandidate]> = ingress_parts
+            .iter()
+            .map(|part| part.routes.as_slice())
+            .collect();
+        let claims = match self.prior_claims.take() {
+            Some(claims) => claims.patch(&groups, &self.replaced_ranks),
+            None => routes::SortedClaims::new(&groups),
+        };
         let redirects: Vec<&RedirectClaim> = redirects.iter().collect();
-        let (mut maps, redirect_codes) = routes::build_maps(&routes, &redirects, &mut self.diags);
+        let (mut maps, redirect_codes) =
+            routes::build_maps(&groups, &claims, &redirects, &mut self.diags);
+        self.kept.claims = Some(claims);
         // route-acl: canary routes get their own part of the maps and frontend rules.
+        let routes: Vec<&RouteCandidate> = groups.iter().copied().flatten().collect();
         let canaries = routes::build_canaries(&routes, &mut maps);
         drop(routes);
+        drop(groups);
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
