@@ -24,6 +24,8 @@ pub struct Pipeline {
     endpoint_runs: std::sync::atomic::AtomicU64,
     /// Runs that took the translation of unchanged Ingresses and backends from the last run.
     partial_runs: std::sync::atomic::AtomicU64,
+    /// Ingress parts those runs took.
+    ingress_parts_taken: std::sync::atomic::AtomicU64,
     /// Translation results kept across runs (server slots, certificate files). They do not
     /// depend on scripts or templates, so a reloaded pipeline shares them.
     memo: Arc<translate::memo::Memo>,
@@ -84,6 +86,7 @@ impl Pipeline {
             last: Mutex::new(None),
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
             partial_runs: std::sync::atomic::AtomicU64::new(0),
+            ingress_parts_taken: std::sync::atomic::AtomicU64::new(0),
             memo: Arc::default(),
         })
     }
@@ -117,6 +120,13 @@ impl Pipeline {
     /// run (see [`Pipeline::run_with`]).
     pub fn partial_runs(&self) -> u64 {
         self.partial_runs.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many Ingress translations those runs took from the run before (see
+    /// [`translate::parts`]).
+    pub fn ingress_parts_taken(&self) -> u64 {
+        self.ingress_parts_taken
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Translates and renders a snapshot, with the time and the certificates in force.
@@ -175,6 +185,10 @@ impl Pipeline {
             &self.memo,
             prior,
             prior_claims,
+        );
+        self.ingress_parts_taken.fetch_add(
+            translation.parts.ingresses_taken() as u64,
+            std::sync::atomic::Ordering::Relaxed,
         );
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {

@@ -167,6 +167,7 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
 fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gives() {
     let cases = golden_cases();
     let mut partial = 0;
+    let mut taken_total = 0;
     for dir in &cases {
         let objects = load_dir(dir).unwrap().objects;
         let ingresses: Vec<Object> = objects
@@ -192,11 +193,13 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
                 ("put back", Some(ingress.clone())),
                 ("copied", Some(copy)),
             ];
+            let mut taken_per_step = Vec::new();
             for (step, object) in steps {
                 match object {
                     None => store.delete(Kind::Ingress, &ingress.key()),
                     Some(object) => store.upsert(object),
                 }
+                let taken = warm.ingress_parts_taken();
                 assert_eq!(
                     summary(&warm.run(&store).unwrap()),
                     fresh(&store),
@@ -204,7 +207,17 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
                     dir.display(),
                     ingress.key()
                 );
+                taken_per_step.push(warm.ingress_parts_taken() - taken);
             }
+            // Every other Ingress is the same object in each step, whatever its age rank
+            // (removing an Ingress moves the younger ones up a rank): its part is taken.
+            assert!(
+                taken_per_step.iter().all(|t| *t == taken_per_step[2]),
+                "{}: Ingress {}: parts taken in the three steps: {taken_per_step:?}",
+                dir.display(),
+                ingress.key()
+            );
+            taken_total += taken_per_step[2];
         }
         partial += warm.partial_runs();
         assert_eq!(
@@ -215,6 +228,7 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
         );
     }
     assert!(partial > 100, "{partial} partial runs");
+    assert!(taken_total > 100, "{taken_total} Ingress parts taken");
 }
 
 /// Runs that take parts drop no remembered result, so the results of replaced Ingresses pile

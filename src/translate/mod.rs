@@ -555,7 +555,7 @@ impl<'a> Translator<'a> {
         }
         let taken = self
             .prior
-            .and_then(|prior| prior.ingress(key, ingress))
+            .and_then(|prior| prior.ingress(rank, ingress))
             .filter(|part| self.policy.charge(part.operations))
             .map(|part| {
                 if part.rank != rank {
@@ -565,7 +565,10 @@ impl<'a> Translator<'a> {
                 part.at_rank(rank)
             });
         let (part, keep) = match taken {
-            Some(part) => (part, true),
+            Some(part) => {
+                self.kept.ingresses_taken += 1;
+                (part, true)
+            }
             None => {
                 self.replaced_ranks.push(rank);
                 let before = self.policy.account();
@@ -577,9 +580,8 @@ impl<'a> Translator<'a> {
             }
         };
         self.absorb_ingress(&part);
-        if keep {
-            self.kept.ingresses.insert(key.clone(), part.clone());
-        }
+        debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
+        self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
     }
 

@@ -11,7 +11,7 @@
 //! compares warm pipelines with fresh ones.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use k8s_openapi::api::networking::v1::Ingress;
 
@@ -123,7 +123,14 @@ pub struct BackendPart {
 /// The parts a run made or took, for the next run.
 #[derive(Debug, Default)]
 pub struct Parts {
-    pub(super) ingresses: HashMap<Key, Arc<IngressPart>>,
+    /// Each Ingress' part by its age rank (`None`: not kept). Looked up by rank first: an
+    /// Ingress keeps its rank unless an older one came or went.
+    pub(super) ingresses: Vec<Option<Arc<IngressPart>>>,
+    /// Ranks by the address of the Ingress object a part was made from (kept alive by the
+    /// part, so not reused), made when a lookup by rank first misses.
+    ingress_ranks: OnceLock<HashMap<usize, usize>>,
+    /// How many Ingress parts the run that made these took from the run before.
+    pub(super) ingresses_taken: usize,
     pub(super) backends: HashMap<String, Arc<BackendPart>>,
     /// The sorted map claims of the run's routes, for the next run that takes these parts
     /// (it takes them: see [`Parts::take_claims`]).
@@ -136,6 +143,11 @@ impl Parts {
         for name in names {
             self.backends.remove(name);
         }
+    }
+
+    /// How many Ingress parts the run that made these took from the run before it.
+    pub fn ingresses_taken(&self) -> usize {
+        self.ingresses_taken
     }
 
     /// The sorted map claims of the run that made these parts, for the next run that takes
@@ -156,12 +168,31 @@ pub struct Prior<'p> {
 }
 
 impl<'p> Prior<'p> {
-    /// The part of Ingress `key` when it was made from this very object.
-    pub(super) fn ingress(self, key: &Key, ingress: &Arc<Ingress>) -> Option<&'p Arc<IngressPart>> {
-        self.parts
-            .ingresses
-            .get(key)
-            .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
+    /// The part made from this very Ingress object, which is now at age rank `rank`.
+    pub(super) fn ingress(
+        self,
+        rank: usize,
+        ingress: &Arc<Ingress>,
+    ) -> Option<&'p Arc<IngressPart>> {
+        let ingresses = &self.parts.ingresses;
+        let made_from = |rank: usize| {
+            ingresses
+                .get(rank)
+                .and_then(Option::as_ref)
+                .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
+        };
+        made_from(rank).or_else(|| {
+            let ranks = self.parts.ingress_ranks.get_or_init(|| {
+                ingresses
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(rank, p)| {
+                        Some((Arc::as_ptr(&p.as_ref()?.ingress) as usize, rank))
+                    })
+                    .collect()
+            });
+            made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
+        })
     }
 
     /// The part of backend `name` when it was assembled from what `build` holds and its
