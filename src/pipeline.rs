@@ -24,8 +24,9 @@ pub struct Pipeline {
     endpoint_runs: std::sync::atomic::AtomicU64,
     /// Runs that took the translation of unchanged Ingresses and backends from the last run.
     partial_runs: std::sync::atomic::AtomicU64,
-    /// Ingress parts those runs took.
+    /// Ingress and HTTP backend parts those runs took.
     ingress_parts_taken: std::sync::atomic::AtomicU64,
+    backend_parts_taken: std::sync::atomic::AtomicU64,
     /// Translation results kept across runs (server slots, certificate files). They do not
     /// depend on scripts or templates, so a reloaded pipeline shares them.
     memo: Arc<translate::memo::Memo>,
@@ -87,6 +88,7 @@ impl Pipeline {
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
             partial_runs: std::sync::atomic::AtomicU64::new(0),
             ingress_parts_taken: std::sync::atomic::AtomicU64::new(0),
+            backend_parts_taken: std::sync::atomic::AtomicU64::new(0),
             memo: Arc::default(),
         })
     }
@@ -126,6 +128,12 @@ impl Pipeline {
     /// [`translate::parts`]).
     pub fn ingress_parts_taken(&self) -> u64 {
         self.ingress_parts_taken
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many HTTP backend translations those runs took from the run before.
+    pub fn backend_parts_taken(&self) -> u64 {
+        self.backend_parts_taken
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -188,6 +196,10 @@ impl Pipeline {
         );
         self.ingress_parts_taken.fetch_add(
             translation.parts.ingresses_taken() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.backend_parts_taken.fetch_add(
+            translation.parts.backends_taken() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
         let mut model = translation.model;

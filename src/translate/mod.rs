@@ -287,6 +287,8 @@ struct Translator<'a> {
     /// in `replaced_ranks`.
     prior_claims: Option<routes::SortedClaims>,
     replaced_ranks: Vec<usize>,
+    /// How far the lookup of the last run's backend parts has gone ([`parts::Prior::backend`]).
+    backend_cursor: usize,
 }
 
 impl<'a> Translator<'a> {
@@ -523,6 +525,7 @@ impl<'a> Translator<'a> {
             ingress_parts: Vec::new(),
             prior_claims: None,
             replaced_ranks: Vec::new(),
+            backend_cursor: 0,
         }
     }
 
@@ -1068,7 +1071,7 @@ impl<'a> Translator<'a> {
 
         let mut backends = Vec::with_capacity(self.backends.len());
         for (name, build) in std::mem::take(&mut self.backends) {
-            let part = self.backend_part(name, build);
+            let part = self.backend_part(&name, build);
             backends.push(part.backend.clone());
         }
         let (sni, winners) =
@@ -1179,18 +1182,21 @@ impl<'a> Translator<'a> {
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
     /// and its endpoints did not move (and its hook's operations fit the budget), else
     /// assembled by a fork. Taken into this run's state either way.
-    fn backend_part(&mut self, name: String, build: BackendBuild) -> Arc<parts::BackendPart> {
+    fn backend_part(&mut self, name: &str, build: BackendBuild) -> Arc<parts::BackendPart> {
         let taken = self
             .prior
-            .and_then(|prior| prior.backend(&name, &build))
+            .and_then(|prior| prior.backend(name, &build, &mut self.backend_cursor))
             .filter(|part| self.policy.charge(part.operations))
             .cloned();
         let (part, keep) = match taken {
-            Some(part) => (part, true),
+            Some(part) => {
+                self.kept.backends_taken += 1;
+                (part, true)
+            }
             None => {
                 let before = self.policy.account();
                 let mut fork = self.fork();
-                let mut backend = fork.backend(name.clone(), build.clone());
+                let mut backend = fork.backend(name.to_string(), build.clone());
                 let service = ObjectRef::new(Kind::Service, &build.service);
                 tls_edge::resolve_server_tls(
                     &mut backend.settings,
@@ -1201,7 +1207,7 @@ impl<'a> Translator<'a> {
                 );
                 let operations = self.policy.account().since(before);
                 let part = parts::BackendPart {
-                    build: parts::Registration::from_build(name.clone(), build),
+                    build: parts::Registration::from_build(name.to_string(), build),
                     backend: Arc::new(backend),
                     diagnostics: fork.diags.into_sorted(),
                     static_files: fork.static_files.into_iter().collect(),
@@ -1224,10 +1230,16 @@ impl<'a> Translator<'a> {
                 .endpoint_users
                 .entry(part.build.service.clone())
                 .or_default()
-                .push((name.clone(), part.build.port.clone()));
+                .push((name.to_string(), part.build.port.clone()));
         }
         if keep {
-            self.kept.backends.insert(name, part.clone());
+            debug_assert!(
+                self.kept
+                    .backends
+                    .last()
+                    .is_none_or(|p| p.build.name.as_str() < name)
+            );
+            self.kept.backends.push(part.clone());
         }
         part
     }

@@ -129,9 +129,11 @@ pub struct Parts {
     /// Ranks by the address of the Ingress object a part was made from (kept alive by the
     /// part, so not reused), made when a lookup by rank first misses.
     ingress_ranks: OnceLock<HashMap<usize, usize>>,
-    /// How many Ingress parts the run that made these took from the run before.
+    /// How many Ingress and backend parts the run that made these took from the run before.
     pub(super) ingresses_taken: usize,
-    pub(super) backends: HashMap<String, Arc<BackendPart>>,
+    pub(super) backends_taken: usize,
+    /// HTTP backend parts in name order: a run takes them in that order too.
+    pub(super) backends: Vec<Arc<BackendPart>>,
     /// The sorted map claims of the run's routes, for the next run that takes these parts
     /// (it takes them: see [`Parts::take_claims`]).
     pub(super) claims: Option<SortedClaims>,
@@ -141,13 +143,23 @@ impl Parts {
     /// Drops the parts of the backends `names`, whose servers moved since they were made.
     pub fn forget_backends<'n>(&mut self, names: impl Iterator<Item = &'n str>) {
         for name in names {
-            self.backends.remove(name);
+            if let Ok(at) = self
+                .backends
+                .binary_search_by(|p| p.build.name.as_str().cmp(name))
+            {
+                self.backends.remove(at);
+            }
         }
     }
 
     /// How many Ingress parts the run that made these took from the run before it.
     pub fn ingresses_taken(&self) -> usize {
         self.ingresses_taken
+    }
+
+    /// How many HTTP backend parts the run that made these took from the run before it.
+    pub fn backends_taken(&self) -> usize {
+        self.backends_taken
     }
 
     /// The sorted map claims of the run that made these parts, for the next run that takes
@@ -196,11 +208,24 @@ impl<'p> Prior<'p> {
     }
 
     /// The part of backend `name` when it was assembled from what `build` holds and its
-    /// Service's endpoints did not move.
-    pub(super) fn backend(self, name: &str, build: &BackendBuild) -> Option<&'p Arc<BackendPart>> {
-        self.parts
-            .backends
-            .get(name)
+    /// Service's endpoints did not move. Names are asked for in ascending order: `cursor`
+    /// (0 for the first) keeps the place reached in the parts, which are in that order too.
+    pub(super) fn backend(
+        self,
+        name: &str,
+        build: &BackendBuild,
+        cursor: &mut usize,
+    ) -> Option<&'p Arc<BackendPart>> {
+        let backends = &self.parts.backends;
+        while backends
+            .get(*cursor)
+            .is_some_and(|p| p.build.name.as_str() < name)
+        {
+            *cursor += 1;
+        }
+        backends
+            .get(*cursor)
+            .filter(|p| p.build.name == name)
             .filter(|p| !self.moved_endpoints.contains(&build.service) && p.build.matches(build))
     }
 }
