@@ -640,17 +640,18 @@ impl<'a> Translator<'a> {
     /// Takes an Ingress' part into this run's state, as translating it here would have.
     fn absorb_ingress(&mut self, part: &parts::IngressPart) {
         for registration in &part.backends {
-            let Some(entry) = self.backends.get_mut(&registration.name) else {
-                self.backends.insert(
-                    registration.name.clone(),
-                    BackendBuild {
+            // One search of the table: most registrations are a backend's first.
+            let entry = match self.backends.entry(registration.name.clone()) {
+                std::collections::btree_map::Entry::Vacant(vacant) => {
+                    vacant.insert(BackendBuild {
                         service: registration.service.clone(),
                         port: registration.port.clone(),
                         ingress: registration.ingress.clone(),
                         policies: registration.policies.iter().cloned().collect(),
-                    },
-                );
-                continue;
+                    });
+                    continue;
+                }
+                std::collections::btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
             };
             if entry.ingress.is_none() {
                 entry.ingress.clone_from(&registration.ingress);

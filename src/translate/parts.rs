@@ -193,7 +193,23 @@ impl<'p> Prior<'p> {
                 .and_then(Option::as_ref)
                 .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
         };
-        made_from(rank).or_else(|| {
+        if let Some(part) = made_from(rank) {
+            return Some(part);
+        }
+        // The Ingress at this rank in the last run, changed: no other part was made from
+        // this object (and the index below is not needed).
+        let same_name = |p: &Arc<IngressPart>| {
+            p.ingress.metadata.name == ingress.metadata.name
+                && p.ingress.metadata.namespace == ingress.metadata.namespace
+        };
+        if ingresses
+            .get(rank)
+            .and_then(Option::as_ref)
+            .is_some_and(same_name)
+        {
+            return None;
+        }
+        {
             let ranks = self.parts.ingress_ranks.get_or_init(|| {
                 ingresses
                     .iter()
@@ -204,7 +220,7 @@ impl<'p> Prior<'p> {
                     .collect()
             });
             made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
-        })
+        }
     }
 
     /// The part of backend `name` when it was assembled from what `build` holds and its
