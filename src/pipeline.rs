@@ -27,6 +27,8 @@ pub struct Pipeline {
     /// Ingress and HTTP backend parts those runs took.
     ingress_parts_taken: std::sync::atomic::AtomicU64,
     backend_parts_taken: std::sync::atomic::AtomicU64,
+    /// Those runs whose haproxy.cfg was patched rather than rendered whole.
+    patched_renders: std::sync::atomic::AtomicU64,
     /// Translation results kept across runs (server slots, certificate files). They do not
     /// depend on scripts or templates, so a reloaded pipeline shares them.
     memo: Arc<translate::memo::Memo>,
@@ -89,6 +91,7 @@ impl Pipeline {
             partial_runs: std::sync::atomic::AtomicU64::new(0),
             ingress_parts_taken: std::sync::atomic::AtomicU64::new(0),
             backend_parts_taken: std::sync::atomic::AtomicU64::new(0),
+            patched_renders: std::sync::atomic::AtomicU64::new(0),
             memo: Arc::default(),
         })
     }
@@ -128,6 +131,12 @@ impl Pipeline {
     /// [`translate::parts`]).
     pub fn ingress_parts_taken(&self) -> u64 {
         self.ingress_parts_taken
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many of those runs patched the last haproxy.cfg rather than rendering it whole.
+    pub fn patched_renders(&self) -> u64 {
+        self.patched_renders
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
@@ -206,7 +215,24 @@ impl Pipeline {
         if let Some(previous) = last.as_ref() {
             share_unchanged_parts(&mut model, &previous.output.model);
         }
-        let rendered = self.renderer.render(&model)?;
+        // After Ingress changes, haproxy.cfg often differs only in a few backend sections
+        // (a new path changes the map files alone): patch it when the templates allow.
+        let patched = match last.as_ref().filter(|_| prior.is_some()) {
+            Some(previous) => self.renderer.render_patched(
+                &previous.output.model,
+                &previous.output.rendered,
+                &model,
+            )?,
+            None => None,
+        };
+        let rendered = match patched {
+            Some(rendered) => {
+                self.patched_renders
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                rendered
+            }
+            None => self.renderer.render(&model)?,
+        };
         let output = Output {
             model,
             rendered,

@@ -135,15 +135,47 @@ struct Remembered {
 /// it read; more only while those change back and forth).
 const TEXTS_PER_BACKEND: usize = 4;
 
-/// Whether two models are equal but for their backends' contents (same backends by name, in
-/// the same order).
-fn same_but_backends(a: &Model, b: &Model) -> bool {
+/// Whether two models have the same backends by name, in the same order.
+fn same_backend_names(a: &Model, b: &Model) -> bool {
     a.backends.len() == b.backends.len()
         && a.backends
             .iter()
             .zip(&b.backends)
             .all(|(x, y)| x.name == y.name)
-        && a.without_backends() == b.without_backends()
+}
+
+/// The fields of the model, as templates read them (`maps.<map>` for each map), in which
+/// `a` and `b` differ; the backends aside.
+fn differing_fields(a: &Model, b: &Model) -> Vec<&'static str> {
+    let mut differing = Vec::new();
+    let mut check = |name: &'static str, same: bool| {
+        if !same {
+            differing.push(name);
+        }
+    };
+    check("version", a.version == b.version);
+    check("listen", a.listen == b.listen);
+    check("runtime_socket", a.runtime_socket == b.runtime_socket);
+    check("global", a.global == b.global);
+    if !Arc::ptr_eq(&a.maps, &b.maps) {
+        check("maps.exact", a.maps.exact == b.maps.exact);
+        check("maps.prefix", a.maps.prefix == b.maps.prefix);
+        check(
+            "maps.ssl_redirect",
+            a.maps.ssl_redirect == b.maps.ssl_redirect,
+        );
+        check("maps.sni", a.maps.sni == b.maps.sni);
+    }
+    check("frontend_rules", a.frontend_rules == b.frontend_rules);
+    check("redirect_codes", a.redirect_codes == b.redirect_codes);
+    check("default_backend", a.default_backend == b.default_backend);
+    check("tls", Arc::ptr_eq(&a.tls, &b.tls) || a.tls == b.tls);
+    check("peers", a.peers == b.peers);
+    check("tcp", a.tcp == b.tcp);
+    check("tcp_backends", a.tcp_backends == b.tcp_backends);
+    check("userlists", a.userlists == b.userlists);
+    check("errorfiles", a.errorfiles == b.errorfiles);
+    differing
 }
 
 /// One render in progress, reachable from template functions through [`SCOPE_VAR`].
@@ -251,7 +283,18 @@ pub(crate) fn patch(
     previous: &Model,
     model: &Model,
 ) -> Result<Option<Layout>, Error> {
-    if layout.touched.load(Ordering::Relaxed) || !same_but_backends(previous, model) {
+    // Sections are rendered with the model the layout's render saw: the new model may
+    // differ from it in fields no template has read (a new path changes the map files'
+    // entries, which haproxy.cfg does not print), and in the backends' contents.
+    let Some(view) = layout.model.downcast_object_ref::<ModelView>() else {
+        return Ok(None);
+    };
+    if layout.touched.load(Ordering::Relaxed) || !same_backend_names(previous, model) {
+        return Ok(None);
+    }
+    let differing = differing_fields(&view.model, model);
+    // Checked again after the sections render; this saves rendering them for nothing.
+    if view.read_any(&differing) {
         return Ok(None);
     }
     // No `begin`: starting a render would, after a few patches, drop the remembered sections
@@ -267,8 +310,9 @@ pub(crate) fn patch(
         }
         texts.insert(i, text);
     }
-    // A section template that read another backend saw the previous one.
-    if layout.touched.load(Ordering::Relaxed) {
+    // A section template that read another backend saw the previous one; one that read a
+    // field that differs saw the old value.
+    if layout.touched.load(Ordering::Relaxed) || view.read_any(&differing) {
         return Ok(None);
     }
     // Byte ranges of a UTF-8 text, spliced with whole UTF-8 sections: still UTF-8.
@@ -411,6 +455,9 @@ struct ModelView {
     fingerprints: Mutex<HashMap<&'static str, u128>>,
     /// The fields read by each section render in progress, innermost last.
     recording: Mutex<Vec<Vec<&'static str>>>,
+    /// Every field any template has read through this view (`maps.<map>` for each map):
+    /// a patch may not render with this view for a model that differs in one of them.
+    read: Arc<Mutex<Vec<&'static str>>>,
 }
 
 const MODEL_FIELDS: &[&str] = &[
@@ -499,7 +546,17 @@ impl ModelView {
             fields: Mutex::new(HashMap::new()),
             fingerprints: Mutex::new(HashMap::new()),
             recording: Mutex::new(Vec::new()),
+            read: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Whether a template read any of `fields` through this view.
+    fn read_any(&self, fields: &[&'static str]) -> bool {
+        !fields.is_empty()
+            && self
+                .read
+                .lock()
+                .map_or(true, |read| fields.iter().any(|f| read.contains(f)))
     }
 
     /// The fingerprint of field `name`; `None` for the backends, which sections of other
@@ -533,6 +590,7 @@ impl ModelView {
 impl Object for ModelView {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         let name = *MODEL_FIELDS.iter().find(|f| Some(**f) == key.as_str())?;
+        note_read(&self.read, name);
         if let Ok(mut recording) = self.recording.lock() {
             // An enclosing section depends on what a section inside it read too.
             for reads in recording.iter_mut() {
@@ -551,6 +609,7 @@ impl Object for ModelView {
             "maps" => Value::from_object(MapsView {
                 maps: self.model.maps.clone(),
                 fields: Mutex::new(HashMap::new()),
+                read: self.read.clone(),
             }),
             _ => visit_field(&self.model, name, ToValue)?,
         };
@@ -568,13 +627,33 @@ impl Object for ModelView {
 struct MapsView {
     maps: Arc<crate::model::RouteMaps>,
     fields: Mutex<HashMap<&'static str, Value>>,
+    /// The model view's record of fields read.
+    read: Arc<Mutex<Vec<&'static str>>>,
 }
 
 const MAPS_FIELDS: &[&str] = &["exact", "prefix", "ssl_redirect", "sni"];
 
+/// Notes that a template read `name`.
+fn note_read(read: &Mutex<Vec<&'static str>>, name: &'static str) {
+    if let Ok(mut read) = read.lock() {
+        if !read.contains(&name) {
+            read.push(name);
+        }
+    }
+}
+
 impl Object for MapsView {
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
         let name = *MAPS_FIELDS.iter().find(|f| Some(**f) == key.as_str())?;
+        note_read(
+            &self.read,
+            match name {
+                "exact" => "maps.exact",
+                "prefix" => "maps.prefix",
+                "ssl_redirect" => "maps.ssl_redirect",
+                _ => "maps.sni",
+            },
+        );
         if let Some(v) = self.fields.lock().ok()?.get(name) {
             return Some(v.clone());
         }

@@ -17,7 +17,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use crate::layers::{self, ReadLayer, SourceFile};
-use crate::model::{MapEntry, Model};
+use crate::model::{MapEntry, Model, RouteMaps};
 
 /// The template rendered into haproxy.cfg.
 pub const ENTRY_TEMPLATE: &str = "haproxy.cfg.j2";
@@ -268,8 +268,10 @@ impl Renderer {
 
     /// The files for `model`, made from `previous_rendered` (this renderer's rendering of
     /// `previous`) by rendering again only the backend sections that differ, when `model`
-    /// differs from `previous` only inside backends and the templates allow it (see
-    /// [`fragments`]). `None` when they do not: render in full then. The result is what
+    /// has the same backends by name and differs otherwise only in fields no template read
+    /// (a new path changes the map files alone), and the templates allow it (see
+    /// [`fragments`]). The other files are made again where their inputs changed. `None`
+    /// when a patch cannot give the result: render in full then. The result is what
     /// [`Renderer::render`] gives for `model`.
     pub fn render_patched(
         &self,
@@ -293,8 +295,9 @@ impl Renderer {
         let Some(layout) = patched else {
             return Ok(None);
         };
-        let mut files = previous_rendered.files.clone();
+        let mut files = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), layout.cfg.clone());
+        other_files(model, Some((previous, previous_rendered)), &mut files)?;
         self.remember_layout(layout);
         Ok(Some(RenderedConfig { files }))
     }
@@ -320,55 +323,86 @@ impl Renderer {
         }
         let mut files: BTreeMap<String, Arc<Vec<u8>>> = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg);
-        files.insert(
-            EXACT_MAP.to_string(),
-            map_file(EXACT_MAP, &model.maps.exact)?.into(),
-        );
-        files.insert(
-            PREFIX_MAP.to_string(),
-            map_file(PREFIX_MAP, &model.maps.prefix)?.into(),
-        );
-        files.insert(
-            SSL_REDIRECT_MAP.to_string(),
-            map_file(SSL_REDIRECT_MAP, &model.maps.ssl_redirect)?.into(),
-        );
-        if model.tls.enabled() {
-            let mut list = String::new();
-            for entry in &model.tls.crt_list {
-                let mut line = entry.path.clone();
-                for sni in &entry.sni {
-                    line.push(' ');
-                    line.push_str(sni);
-                }
-                check_map_line(CRT_LIST, &line, usize::MAX)?;
-                list.push_str(&line);
-                list.push('\n');
-            }
-            files.insert(CRT_LIST.to_string(), list.into_bytes().into());
-        }
-        if !model.maps.sni.is_empty() {
-            files.insert(
-                SNI_MAP.to_string(),
-                map_file(SNI_MAP, &model.maps.sni)?.into(),
-            );
-        }
-        // CA bundles and client certificates haproxy.cfg names directly.
-        for pem in &model.tls.static_files {
-            files.insert(pem.path.clone(), Arc::new(pem.content.as_bytes().to_vec()));
-        }
-        // Certificates named by the crt-list or directly by TCP binds.
-        for pem in &model.tls.pem_files {
-            files.insert(pem.path.clone(), Arc::new(pem.content.as_bytes().to_vec()));
-        }
-        // Error pages (`errorfile` in defaults).
-        for page in &model.errorfiles {
-            files.insert(
-                page.path.clone(),
-                Arc::new(page.content.as_bytes().to_vec()),
-            );
-        }
+        other_files(model, None, &mut files)?;
         Ok(RenderedConfig { files })
     }
+}
+
+/// The files besides haproxy.cfg, into `files`. Where `previous` (a model and its rendering)
+/// has the same maps, TLS settings or error pages, their files are taken from it as they are.
+fn other_files(
+    model: &Model,
+    previous: Option<(&Model, &RenderedConfig)>,
+    files: &mut BTreeMap<String, Arc<Vec<u8>>>,
+) -> Result<(), RenderError> {
+    let taken = |name: &str| previous.and_then(|(_, r)| r.files.get(name).cloned());
+    let same_maps = |pick: fn(&RouteMaps) -> &Vec<MapEntry>| {
+        previous.is_some_and(|(m, _)| {
+            Arc::ptr_eq(&m.maps, &model.maps) || pick(&m.maps) == pick(&model.maps)
+        })
+    };
+    for (name, pick) in [
+        (
+            EXACT_MAP,
+            (|m| &m.exact) as fn(&RouteMaps) -> &Vec<MapEntry>,
+        ),
+        (PREFIX_MAP, |m| &m.prefix),
+        (SSL_REDIRECT_MAP, |m| &m.ssl_redirect),
+        (SNI_MAP, |m| &m.sni),
+    ] {
+        if name == SNI_MAP && model.maps.sni.is_empty() {
+            continue;
+        }
+        let bytes = match taken(name).filter(|_| same_maps(pick)) {
+            Some(bytes) => bytes,
+            None => map_file(name, pick(&model.maps))?.into(),
+        };
+        files.insert(name.to_string(), bytes);
+    }
+    let same_tls =
+        previous.is_some_and(|(m, _)| Arc::ptr_eq(&m.tls, &model.tls) || m.tls == model.tls);
+    let same_errorfiles = previous.is_some_and(|(m, _)| m.errorfiles == model.errorfiles);
+    if model.tls.enabled() {
+        let list = match taken(CRT_LIST).filter(|_| same_tls) {
+            Some(bytes) => bytes,
+            None => crt_list(model)?.into(),
+        };
+        files.insert(CRT_LIST.to_string(), list);
+    }
+    // CA bundles and client certificates haproxy.cfg names directly, certificates named by
+    // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults).
+    let contents = (model.tls.static_files.iter().chain(&model.tls.pem_files))
+        .map(|pem| (&pem.path, &pem.content, same_tls))
+        .chain(
+            model
+                .errorfiles
+                .iter()
+                .map(|page| (&page.path, &page.content, same_errorfiles)),
+        );
+    for (path, content, same) in contents {
+        let bytes = match taken(path).filter(|_| same) {
+            Some(bytes) => bytes,
+            None => Arc::new(content.as_bytes().to_vec()),
+        };
+        files.insert(path.clone(), bytes);
+    }
+    Ok(())
+}
+
+/// The crt-list: each certificate file with the server names it is for.
+fn crt_list(model: &Model) -> Result<Vec<u8>, RenderError> {
+    let mut list = String::new();
+    for entry in &model.tls.crt_list {
+        let mut line = entry.path.clone();
+        for sni in &entry.sni {
+            line.push(' ');
+            line.push_str(sni);
+        }
+        check_map_line(CRT_LIST, &line, usize::MAX)?;
+        list.push_str(&line);
+        list.push('\n');
+    }
+    Ok(list.into_bytes())
 }
 
 fn map_file(name: &'static str, entries: &[MapEntry]) -> Result<Vec<u8>, RenderError> {
@@ -580,6 +614,73 @@ mod tests {
         // The section the last patch replaced is forgotten.
         renderer.render(&base).unwrap();
         assert_eq!(renderer.sections_rendered(), before + 1);
+    }
+
+    /// After a new path, the model differs in the map entries (which haproxy.cfg does not
+    /// print) and in a backend: the patch renders that section, makes the map file again
+    /// and gives what a full render gives. A difference a template read (the version, in
+    /// the header) makes it decline; so does one a section being patched reads now.
+    #[test]
+    fn patches_follow_map_changes_and_decline_what_templates_read() {
+        let (pipeline, base, moved) = synthetic_model_and_moved();
+        let with_new_path = |m: &Model| {
+            let mut m = m.clone();
+            let maps = std::sync::Arc::make_mut(&mut m.maps);
+            maps.exact.push(MapEntry {
+                key: "zz.example.com/new".into(),
+                value: m.backends[3].name.clone(),
+            });
+            m
+        };
+        let remapped = with_new_path(&moved);
+        let renderer = &pipeline.renderer;
+        let rendered = renderer.render(&base).unwrap();
+        let patched = renderer
+            .render_patched(&base, &rendered, &remapped)
+            .unwrap()
+            .expect("a patch");
+        let fresh = Renderer::load(None).unwrap().render(&remapped).unwrap();
+        assert_eq!(patched, fresh);
+        assert_ne!(patched.files()[EXACT_MAP], rendered.files()[EXACT_MAP]);
+        let mut versioned = remapped.clone();
+        versioned.version = "other".to_string();
+        assert!(
+            renderer
+                .render_patched(&remapped, &patched, &versioned)
+                .unwrap()
+                .is_none()
+        );
+
+        // A site section template that prints the exact map's size for one server only.
+        let bundled = renderer
+            .templates()
+            .iter()
+            .find(|t| t.name == "parts/backend.j2")
+            .unwrap()
+            .text
+            .clone();
+        let site = tempfile::tempdir().unwrap();
+        std::fs::create_dir(site.path().join("parts")).unwrap();
+        std::fs::write(
+            site.path().join("parts/backend.j2"),
+            format!(
+                "{bundled}{{% if backend.servers[0].address == \"10.9.9.9\" %}}\
+                 # {{{{ model.maps.exact|length }}}} exact\n{{% endif %}}"
+            ),
+        )
+        .unwrap();
+        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let rendered = renderer.render(&base).unwrap();
+        assert!(
+            renderer
+                .render_patched(&base, &rendered, &remapped)
+                .unwrap()
+                .is_none(),
+            "the moved backend's section reads the exact map, which changed"
+        );
+        let full = renderer.render(&remapped).unwrap();
+        let line = format!("# {} exact", remapped.maps.exact.len());
+        assert!(full.haproxy_cfg().contains(&line));
     }
 
     /// Remembered backend sections never show an old backend or an old rest of the model.
