@@ -488,7 +488,11 @@ async fn compute(
     let metrics = metrics.clone();
     // Runs of one pipeline are sequential, so its run counts tell how this one went.
     let run = move |store: &Store| {
-        let before = (p.endpoint_only_runs(), p.partial_runs());
+        let before = (
+            p.endpoint_only_runs(),
+            p.partial_runs(),
+            p.patched_renders(),
+        );
         let started = Instant::now();
         let output = p.run_with(store, &inputs).map_err(|e| e.to_string());
         let path = if p.endpoint_only_runs() > before.0 {
@@ -501,7 +505,8 @@ async fn compute(
         metrics.pipeline_runs.inc(&[path]);
         let took = started.elapsed().as_secs_f64();
         metrics.pipeline_duration.observe(&[path], took);
-        tracing::debug!(path, run_ms = took * 1e3, "pipeline ran");
+        let patched = p.patched_renders() > before.2;
+        tracing::debug!(path, patched, run_ms = took * 1e3, "pipeline ran");
         output
     };
     tokio::task::spawn_blocking(move || match input {
