@@ -294,8 +294,9 @@ pub struct RouteMaps {
 /// One line of a map file.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct MapEntry {
-    pub key: String,
-    pub value: String,
+    /// Shared with the map claims and routes it came from (tens of thousands per run).
+    pub key: Arc<str>,
+    pub value: Arc<str>,
 }
 
 /// The catch-all for requests no route matches.

@@ -255,13 +255,7 @@ fn hostile_values_are_refused_named_and_contained() {
     );
 
     // 3. The rest still renders: every good route is there, with its backend.
-    let exact: Vec<&str> = output
-        .model
-        .maps
-        .exact
-        .iter()
-        .map(|e| e.key.as_str())
-        .collect();
+    let exact: Vec<&str> = output.model.maps.exact.iter().map(|e| &*e.key).collect();
     for host in &good_hosts {
         assert!(
             exact.contains(&host.as_str()),

@@ -60,7 +60,7 @@ fn the_documented_site_scripts_work() {
         .maps
         .ssl_redirect
         .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .map(|e| (&*e.key, &*e.value))
         .collect();
     assert_eq!(redirects, [("wiki.corp.example.com", "308")]);
 

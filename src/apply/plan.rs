@@ -202,40 +202,30 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         })
     };
     let merge = |old_entries: &[MapEntry], new_entries: &[MapEntry]| -> Vec<MapEntry> {
-        let mut out: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut out: BTreeMap<&str, &MapEntry> = BTreeMap::new();
         for e in new_entries {
             if servable(&e.value) {
-                out.insert(&e.key, &e.value);
+                out.insert(&e.key, e);
             } else if let Some(o) = old_entries.iter().find(|o| o.key == e.key) {
-                out.insert(&o.key, &o.value);
+                out.insert(&o.key, o);
             }
         }
-        out.into_iter()
-            .map(|(k, v)| MapEntry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect()
+        out.into_values().cloned().collect()
     };
     let route_maps = Arc::make_mut(&mut model.maps);
     route_maps.exact = merge(&old.model.maps.exact, &new.model.maps.exact);
     route_maps.prefix = merge(&old.model.maps.prefix, &new.model.maps.prefix);
     // ssl-passthrough: only to TCP backends the running HAProxy has.
     route_maps.sni = {
-        let mut out: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut out: BTreeMap<&str, &MapEntry> = BTreeMap::new();
         for e in &new.model.maps.sni {
-            if old.model.tcp_backends.iter().any(|b| b.name == e.value) {
-                out.insert(&e.key, &e.value);
+            if old.model.tcp_backends.iter().any(|b| *b.name == *e.value) {
+                out.insert(&e.key, e);
             } else if let Some(o) = old.model.maps.sni.iter().find(|o| o.key == e.key) {
-                out.insert(&o.key, &o.value);
+                out.insert(&o.key, o);
             }
         }
-        out.into_iter()
-            .map(|(k, v)| MapEntry {
-                key: k.to_string(),
-                value: v.to_string(),
-            })
-            .collect()
+        out.into_values().cloned().collect()
     };
     if old.model.maps.sni.is_empty() != route_maps.sni.is_empty() {
         // The passthrough frontend exists or not: that is structural.
@@ -247,7 +237,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         .maps
         .ssl_redirect
         .iter()
-        .filter(|e| codes.iter().any(|c| c.to_string() == e.value))
+        .filter(|e| codes.iter().any(|c| c.to_string() == *e.value))
         .cloned()
         .collect();
     let target = Applied::with_structure_of(model.clone(), new.rendered.clone(), old);
@@ -411,8 +401,8 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
     let mut maps = RouteMaps::default();
     if !m.maps.sni.is_empty() {
         maps.sni.push(MapEntry {
-            key: "placeholder".to_string(),
-            value: "placeholder".to_string(),
+            key: "placeholder".into(),
+            value: "placeholder".into(),
         });
     }
     m.maps = Arc::new(maps);
@@ -606,7 +596,7 @@ fn maps(old: &Applied, new: &Applied, plan: &mut Plan) {
 /// anything else is read into a sorted map first (the last entry of a key wins, as in
 /// HAProxy's file).
 fn sorted_entries(entries: &[MapEntry]) -> Vec<(&str, &str)> {
-    let pairs = entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+    let pairs = entries.iter().map(|e| (&*e.key, &*e.value));
     if entries.windows(2).all(|w| w[0].key < w[1].key) {
         pairs.collect()
     } else {

@@ -549,7 +549,10 @@ mod tests {
         ) {
             let entries: Vec<MapEntry> = entries
                 .into_iter()
-                .map(|(key, value)| MapEntry { key, value })
+                .map(|(key, value)| MapEntry {
+                    key: key.into(),
+                    value: value.into(),
+                })
                 .collect();
             let lines_pass = entries
                 .iter()
@@ -628,7 +631,7 @@ mod tests {
             let maps = std::sync::Arc::make_mut(&mut m.maps);
             maps.exact.push(MapEntry {
                 key: "zz.example.com/new".into(),
-                value: m.backends[3].name.clone(),
+                value: m.backends[3].name.as_str().into(),
             });
             m
         };

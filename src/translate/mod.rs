@@ -824,7 +824,7 @@ impl<'a> Translator<'a> {
                     host: host.clone(),
                     path: parsed,
                     kind,
-                    value,
+                    value: value.into(),
                     rank,
                     ingress: route_object.clone(),
                     field,

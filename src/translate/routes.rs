@@ -52,7 +52,7 @@ pub struct RouteCandidate {
     pub path: String,
     pub kind: PathKind,
     /// `backend` or `backend.policy`.
-    pub value: String,
+    pub value: Arc<str>,
     /// Age rank of the Ingress (0 = oldest).
     pub rank: usize,
     /// Shared by the routes of one Ingress (kept from run to run: see `translate::parts`).
@@ -122,7 +122,7 @@ struct MapClaim {
     /// NUL): ordering by it, then by the key, is ordering by the key, and most comparisons
     /// of the sort end at the number.
     prefix: u64,
-    key: Box<str>,
+    key: Arc<str>,
 }
 
 /// The claims of the regular (not canary) routes on map keys, sorted by key and then
@@ -205,7 +205,7 @@ fn push_claims(groups: &[&[RouteCandidate]], group: usize, claims: &mut Vec<MapC
                 group: group_index,
                 route: u32::try_from(index).unwrap_or(u32::MAX),
                 prefix: u64::from_be_bytes(first),
-                key: key.into_boxed_str(),
+                key: key.into(),
             });
         });
     }
@@ -247,7 +247,7 @@ pub fn build_maps(
             }
         }
         let entry = MapEntry {
-            key: first.key.to_string(),
+            key: first.key.clone(),
             value: winner.value.clone(),
         };
         match first.table {
@@ -279,8 +279,8 @@ pub fn build_maps(
         }
         codes.insert(code);
         maps.ssl_redirect.push(MapEntry {
-            key: host.to_string(),
-            value: code.to_string(),
+            key: host.into(),
+            value: code.to_string().into(),
         });
     }
     (maps, codes.into_iter().collect())
@@ -338,7 +338,7 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
         let mut alternatives: Vec<(&AclCondition, &str)> = Vec::new();
         for (_, _, route) in claimants.iter().filter(|(s, _, _)| *s == best) {
             if let Some(condition) = &route.canary {
-                let alternative = (condition.as_ref(), route.value.as_str());
+                let alternative = (condition.as_ref(), &*route.value);
                 if !alternatives.contains(&alternative) {
                     alternatives.push(alternative);
                 }
@@ -361,8 +361,8 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
             set
         };
         let entry = MapEntry {
-            key: format!("{CANARY_KEY_PREFIX}{key}"),
-            value,
+            key: format!("{CANARY_KEY_PREFIX}{key}").into(),
+            value: value.into(),
         };
         // `~` sorts after every character a regular key starts with: the maps stay sorted.
         match table {

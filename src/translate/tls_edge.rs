@@ -60,8 +60,8 @@ pub fn sni_map(
     let entries = chosen
         .iter()
         .map(|(host, claim)| MapEntry {
-            key: host.clone(),
-            value: claim.backend.clone(),
+            key: host.as_str().into(),
+            value: claim.backend.as_str().into(),
         })
         .collect();
     (entries, chosen.into_values().collect())
