@@ -647,38 +647,17 @@ mod tests {
         assert_ne!(patched.files()[EXACT_MAP], rendered.files()[EXACT_MAP]);
         let mut versioned = remapped.clone();
         versioned.version = "other".to_string();
-        assert!(
-            renderer
-                .render_patched(&remapped, &patched, &versioned)
-                .unwrap()
-                .is_none()
-        );
+        assert!(declines(renderer, &remapped, &patched, &versioned));
 
         // A site section template that prints the exact map's size for one server only.
-        let bundled = renderer
-            .templates()
-            .iter()
-            .find(|t| t.name == "parts/backend.j2")
-            .unwrap()
-            .text
-            .clone();
-        let site = tempfile::tempdir().unwrap();
-        std::fs::create_dir(site.path().join("parts")).unwrap();
-        std::fs::write(
-            site.path().join("parts/backend.j2"),
-            format!(
-                "{bundled}{{% if backend.servers[0].address == \"10.9.9.9\" %}}\
-                 # {{{{ model.maps.exact|length }}}} exact\n{{% endif %}}"
-            ),
-        )
-        .unwrap();
+        let site = site_backend_template(
+            "{% if backend.servers[0].address == \"10.9.9.9\" %}\
+             # {{ model.maps.exact|length }} exact\n{% endif %}",
+        );
         let renderer = Renderer::load(Some(site.path())).unwrap();
         let rendered = renderer.render(&base).unwrap();
         assert!(
-            renderer
-                .render_patched(&base, &rendered, &remapped)
-                .unwrap()
-                .is_none(),
+            declines(&renderer, &base, &rendered, &remapped),
             "the moved backend's section reads the exact map, which changed"
         );
         let full = renderer.render(&remapped).unwrap();
@@ -711,15 +690,7 @@ mod tests {
     /// server, follows them.
     #[test]
     fn remembered_sections_follow_what_their_template_read() {
-        let (pipeline, base, moved) = synthetic_model_and_moved();
-        let bundled = pipeline
-            .renderer
-            .templates()
-            .iter()
-            .find(|t| t.name == "parts/backend.j2")
-            .unwrap()
-            .text
-            .clone();
+        let (_, base, moved) = synthetic_model_and_moved();
         let mut renamed = base.clone();
         renamed.version = "other".to_string();
         let mut renamed_moved = moved.clone();
@@ -738,13 +709,7 @@ mod tests {
             "# fourth {{ model.backends[3].servers[0].port }}\n",
             "{% if model.peers %}# peers{% endif %}\n",
         ] {
-            let site = tempfile::tempdir().unwrap();
-            std::fs::create_dir(site.path().join("parts")).unwrap();
-            std::fs::write(
-                site.path().join("parts/backend.j2"),
-                format!("{bundled}{extra}"),
-            )
-            .unwrap();
+            let site = site_backend_template(extra);
             let warm = Renderer::load(Some(site.path())).unwrap();
             for model in models {
                 let fresh = Renderer::load(Some(site.path())).unwrap();
@@ -836,12 +801,40 @@ mod tests {
         let before = renderer.render(&base).unwrap();
         let mut renamed = moved;
         renamed.version = "other".to_string();
-        assert!(
-            renderer
-                .render_patched(&base, &before, &renamed)
-                .unwrap()
-                .is_none()
-        );
+        assert!(declines(renderer, &base, &before, &renamed));
+    }
+
+    /// A site directory whose `parts/backend.j2` is the bundled one followed by `extra`.
+    fn site_backend_template(extra: &str) -> tempfile::TempDir {
+        let bundled = Renderer::load(None)
+            .unwrap()
+            .templates()
+            .iter()
+            .find(|t| t.name == "parts/backend.j2")
+            .unwrap()
+            .text
+            .clone();
+        let site = tempfile::tempdir().unwrap();
+        std::fs::create_dir(site.path().join("parts")).unwrap();
+        std::fs::write(
+            site.path().join("parts/backend.j2"),
+            format!("{bundled}{extra}"),
+        )
+        .unwrap();
+        site
+    }
+
+    /// Whether `render_patched` declines to patch `rendered` (of `previous`) for `model`.
+    fn declines(
+        renderer: &Renderer,
+        previous: &Model,
+        rendered: &RenderedConfig,
+        model: &Model,
+    ) -> bool {
+        renderer
+            .render_patched(previous, rendered, model)
+            .unwrap()
+            .is_none()
     }
 
     /// A NUL character in template text could pass for a section mark: refused, naming the
