@@ -209,18 +209,15 @@ impl<'p> Prior<'p> {
         {
             return None;
         }
-        {
-            let ranks = self.parts.ingress_ranks.get_or_init(|| {
-                ingresses
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(rank, p)| {
-                        Some((Arc::as_ptr(&p.as_ref()?.ingress) as usize, rank))
-                    })
-                    .collect()
-            });
-            made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
-        }
+        // Another rank: an older Ingress came or went.
+        let ranks = self.parts.ingress_ranks.get_or_init(|| {
+            ingresses
+                .iter()
+                .enumerate()
+                .filter_map(|(rank, p)| Some((Arc::as_ptr(&p.as_ref()?.ingress) as usize, rank)))
+                .collect()
+        });
+        made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
     }
 
     /// The part of backend `name` when it was assembled from what `build` holds and its
