@@ -147,6 +147,24 @@ fn same_backend_names(a: &Model, b: &Model) -> bool {
 /// The fields of the model, as templates read them (`maps.<map>` for each map), in which
 /// `a` and `b` differ; the backends aside.
 fn differing_fields(a: &Model, b: &Model) -> Vec<&'static str> {
+    // Every field named, so that a new one cannot be left out.
+    let Model {
+        version: _,
+        listen: _,
+        runtime_socket: _,
+        global: _,
+        maps: _,
+        frontend_rules: _,
+        redirect_codes: _,
+        backends: _,
+        default_backend: _,
+        tls: _,
+        peers: _,
+        tcp: _,
+        tcp_backends: _,
+        userlists: _,
+        errorfiles: _,
+    } = a;
     let mut differing = Vec::new();
     let mut check = |name: &'static str, same: bool| {
         if !same {
