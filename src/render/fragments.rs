@@ -78,12 +78,13 @@ impl Fragments {
     }
 
     /// A text remembered for backend `fp` whose render read model fields that `field` still
-    /// gives the same fingerprints; noted as used by the current render.
+    /// gives the same fingerprints, with the names of those fields; noted as used by the
+    /// current render.
     fn remembered(
         &mut self,
         fp: u128,
         field: impl Fn(&'static str) -> Option<u128>,
-    ) -> Option<Arc<str>> {
+    ) -> Option<(Arc<str>, Vec<&'static str>)> {
         let render = self.render;
         let found = self.texts.get_mut(&fp)?.iter_mut().find(|t| {
             t.reads
@@ -91,7 +92,8 @@ impl Fragments {
                 .all(|(name, value)| field(name) == Some(*value))
         })?;
         found.used = render;
-        Some(found.text.clone())
+        let reads = found.reads.iter().map(|(name, _)| *name).collect();
+        Some((found.text.clone(), reads))
     }
 
     fn remember(&mut self, fp: u128, reads: Vec<(&'static str, u128)>, text: Arc<str>) {
@@ -371,7 +373,9 @@ fn section_text(
     let mut fp = None;
     if let (Some(view), Ok(mut f)) = (view, fragments.lock()) {
         let backend_fp = f.fingerprint(backend);
-        if let Some(text) = f.remembered(backend_fp, |name| view.fingerprint(name)) {
+        if let Some((text, reads)) = f.remembered(backend_fp, |name| view.fingerprint(name)) {
+            // What its render read counts as read by this one, which printed it.
+            view.note_reads(&reads);
             return Ok(text);
         }
         fp = Some(backend_fp);
@@ -566,6 +570,19 @@ impl ModelView {
             recording: Mutex::new(Vec::new()),
             read: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Notes model fields (by [`MODEL_FIELDS`] name) that a remembered section read when it
+    /// was rendered; `maps` as every map, since which ones it was is not kept.
+    fn note_reads(&self, fields: &[&'static str]) {
+        for &field in fields {
+            note_read(&self.read, field);
+            if field == "maps" {
+                for map in ["maps.exact", "maps.prefix", "maps.ssl_redirect", "maps.sni"] {
+                    note_read(&self.read, map);
+                }
+            }
+        }
     }
 
     /// Whether a template read any of `fields` through this view.

@@ -663,6 +663,15 @@ mod tests {
         let full = renderer.render(&remapped).unwrap();
         let line = format!("# {} exact", remapped.maps.exact.len());
         assert!(full.haproxy_cfg().contains(&line));
+        // Rendered again, that section comes from memory without the template running: what
+        // it read still counts, so one more exact entry is not patched in beside the old count.
+        let again = renderer.render(&remapped).unwrap();
+        assert_eq!(again, full);
+        let one_more = with_new_path(&remapped);
+        assert!(
+            declines(&renderer, &remapped, &again, &one_more),
+            "a remembered section read the exact map, which changed"
+        );
     }
 
     /// Remembered backend sections never show an old backend or an old rest of the model.
