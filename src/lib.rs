@@ -15,6 +15,7 @@ pub mod diagnostics;
 pub mod fingerprint;
 pub mod haproxy;
 pub mod layers;
+pub mod logwriter;
 pub mod metrics;
 pub mod model;
 pub mod objects;

@@ -316,7 +316,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
 }
 
 /// Logs to stderr as text or JSON lines, with a filter the admin endpoint can replace
-/// (`PUT /debug/log-level`).
+/// (`PUT /debug/log-level`); HAProxy's lines are written a batch at a time (`logwriter`).
 fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
@@ -330,7 +330,7 @@ fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(std::io::stderr),
+                    .with_writer(portcullis::logwriter::Stderr),
             )
             .try_init(),
         // One object per line; the event's fields (`message` among them) at the top level.
@@ -339,7 +339,7 @@ fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .flatten_event(true)
-                    .with_writer(std::io::stderr),
+                    .with_writer(portcullis::logwriter::Stderr),
             )
             .try_init(),
     };

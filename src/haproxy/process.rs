@@ -24,7 +24,8 @@ const OUTPUT_PACE: Duration = Duration::from_millis(2);
 
 /// Logs HAProxy's output (stdout or stderr) line by line under the `haproxy` target, and sends
 /// each line to `start_up` while someone is listening there, until the end of the stream.
-/// Blocking reads on a thread of its own: an idle pipe costs nothing. Bytes that are not UTF-8
+/// Blocking reads on a thread of its own: an idle pipe costs nothing. The lines of one read
+/// reach the log with one write (`logwriter::batch`). Bytes that are not UTF-8
 /// (a request log can carry them) are replaced, never a reason to stop reading, since a pipe
 /// left unread would silence HAProxy's log.
 fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<String>) {
@@ -42,9 +43,11 @@ fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<Str
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        for line in pending[..complete].split(|&b| b == b'\n') {
-            emit_output_line(line, start_up);
-        }
+        crate::logwriter::batch(&mut std::io::stderr(), || {
+            for line in pending[..complete].split(|&b| b == b'\n') {
+                emit_output_line(line, start_up);
+            }
+        });
         pending.drain(..complete);
         std::thread::sleep(OUTPUT_PACE);
     }

@@ -1,0 +1,149 @@
+//! Where Portcullis' log lines go: stderr, one write per line, except on a thread inside
+//! [`batch`], whose lines are gathered and written together when the batch ends.
+//!
+//! HAProxy's request log reaches the log through the threads that read its output, one line
+//! per request. Written one by one, each line costs a system call, about as much CPU as
+//! formatting it, taken from the data plane on a small machine. The readers therefore emit a
+//! batch of lines (one read of the pipe) inside [`batch`]: the lines are formatted by the
+//! subscriber as any other (text or JSON, the same filter) and written with one call.
+
+use std::cell::RefCell;
+use std::io::{self, Write};
+
+thread_local! {
+    /// The lines of the batch this thread is in, if any.
+    static BATCH: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Runs `emit` with this thread's log lines gathered, then writes them to `sink` with one
+/// call. Lines logged outside a batch, or on other threads, are written at once as usual.
+pub fn batch<R>(sink: &mut impl Write, emit: impl FnOnce() -> R) -> R {
+    let outer = BATCH.with(|b| b.borrow_mut().replace(Vec::new()));
+    let result = emit();
+    let gathered = BATCH.with(|b| std::mem::replace(&mut *b.borrow_mut(), outer));
+    if let Some(bytes) = gathered.filter(|bytes| !bytes.is_empty()) {
+        // As for a line written at once, a log that cannot be written is not an error of
+        // the program's: the lines are lost, nothing else.
+        let _ = sink.write_all(&bytes).and_then(|()| sink.flush());
+    }
+    result
+}
+
+/// The writer the log subscriber is given (`with_writer(logwriter::Stderr)`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
+    type Writer = LineWriter;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        LineWriter
+    }
+}
+
+/// One log line's writer: into the thread's batch, or straight to stderr.
+#[derive(Debug)]
+pub struct LineWriter;
+
+impl Write for LineWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let gathered = BATCH.with(|b| match b.borrow_mut().as_mut() {
+            Some(bytes) => {
+                bytes.extend_from_slice(buf);
+                true
+            }
+            None => false,
+        });
+        if gathered {
+            Ok(buf.len())
+        } else {
+            io::stderr().write(buf)
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// Counts the calls that reached it, as a pipe would count system calls.
+    #[derive(Default)]
+    struct CountingSink {
+        bytes: Vec<u8>,
+        writes: usize,
+    }
+
+    impl Write for CountingSink {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.writes += 1;
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_batch_writes_its_formatted_lines_with_one_call_and_keeps_the_filter() {
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::EnvFilter::new("info,quiet=warn"))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_writer(Stderr),
+            );
+        let mut sink = CountingSink::default();
+        tracing::subscriber::with_default(subscriber, || {
+            let answer = batch(&mut sink, || {
+                tracing::info!(target: "haproxy", "first line");
+                tracing::info!(target: "quiet", "filtered out");
+                tracing::info!(target: "haproxy", "second line");
+                42
+            });
+            assert_eq!(answer, 42);
+            // Nothing is gathered after the batch: the sink sees no more.
+            tracing::info!(target: "haproxy", "after the batch");
+        });
+        assert_eq!(sink.writes, 1, "one write for the whole batch");
+        let text = String::from_utf8(sink.bytes).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let messages: Vec<&str> = lines
+            .iter()
+            .map(|l| l["message"].as_str().unwrap())
+            .collect();
+        assert_eq!(messages, ["first line", "second line"]);
+        assert!(lines.iter().all(|l| l["target"] == "haproxy"));
+    }
+
+    #[test]
+    fn an_empty_batch_writes_nothing_and_batches_nest() {
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::fmt::layer().with_writer(Stderr));
+        let mut outer = CountingSink::default();
+        let mut inner = CountingSink::default();
+        tracing::subscriber::with_default(subscriber, || {
+            batch(&mut outer, || {
+                tracing::info!("outer one");
+                batch(&mut inner, || tracing::info!("inner"));
+                tracing::info!("outer two");
+            });
+            batch(&mut inner, || {});
+        });
+        assert_eq!(inner.writes, 1);
+        assert!(String::from_utf8(inner.bytes).unwrap().contains("inner"));
+        let outer = String::from_utf8(outer.bytes).unwrap();
+        assert!(outer.contains("outer one") && outer.contains("outer two"));
+        assert!(!outer.contains("inner"));
+    }
+}
