@@ -658,7 +658,7 @@ pub struct PemFile {
 }
 
 /// One crt-list line: a certificate and the SNI names it answers (empty: its own names).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct CrtListEntry {
     pub path: String,
     pub sni: Vec<String>,

@@ -163,11 +163,7 @@ impl Pipeline {
                 previous.output = output.clone();
                 // Their servers are no longer those of the backend parts.
                 let reuse = &previous.reuse;
-                let names = moved
-                    .iter()
-                    .filter_map(|service| reuse.endpoint_users.get(service))
-                    .flatten()
-                    .map(|(name, _)| name.as_str());
+                let names = reuse.endpoint_users.of(&moved).map(|(_, name, _)| name);
                 previous.parts.forget_backends(names);
                 self.endpoint_runs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -275,18 +271,15 @@ impl Pipeline {
             services.extend(change.service.iter().cloned());
         }
         let mut model = previous.output.model.clone();
-        for service in &services {
-            let users = previous.reuse.endpoint_users.get(service);
-            for (name, port) in users.into_iter().flatten() {
-                for list in [&mut model.backends, &mut model.tcp_backends] {
-                    let Ok(i) = list.binary_search_by(|b| b.name.as_str().cmp(name)) else {
-                        continue;
-                    };
-                    let servers =
-                        translate::servers(store, service, port, list[i].settings.slots_block);
-                    if servers != *list[i].servers {
-                        Arc::make_mut(&mut list[i]).servers = Arc::new(servers);
-                    }
+        for (service, name, port) in previous.reuse.endpoint_users.of(&services) {
+            for list in [&mut model.backends, &mut model.tcp_backends] {
+                let Ok(i) = list.binary_search_by(|b| b.name.as_str().cmp(name)) else {
+                    continue;
+                };
+                let servers =
+                    translate::servers(store, service, port, list[i].settings.slots_block);
+                if servers != *list[i].servers {
+                    Arc::make_mut(&mut list[i]).servers = Arc::new(servers);
                 }
             }
         }
@@ -336,12 +329,23 @@ fn parts_still_valid(
 /// (shared), and so the maps and the certificates, so that what compares or fingerprints them
 /// later (the renderer, the planner) finds them unchanged at once.
 fn share_unchanged_parts(model: &mut Model, previous: &Model) {
+    // Both lists are in name order: one walk, no search. Most backends are already the
+    // previous ones (taken from the last run's parts), at the same place.
     fn share(list: &mut [Arc<Backend>], previous: &[Arc<Backend>]) {
+        let mut at = 0;
         for b in list {
-            if let Ok(i) = previous.binary_search_by(|p| p.name.cmp(&b.name)) {
-                if !Arc::ptr_eq(&previous[i], b) && previous[i] == *b {
-                    *b = previous[i].clone();
+            if previous.get(at).is_some_and(|p| Arc::ptr_eq(p, b)) {
+                at += 1;
+                continue;
+            }
+            while previous.get(at).is_some_and(|p| p.name < b.name) {
+                at += 1;
+            }
+            if let Some(p) = previous.get(at).filter(|p| p.name == b.name) {
+                if **p == **b {
+                    *b = p.clone();
                 }
+                at += 1;
             }
         }
     }

@@ -18,7 +18,7 @@ pub mod tcp;
 pub mod tls;
 pub mod tls_edge;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
@@ -115,13 +115,57 @@ pub struct Translation {
 #[derive(Debug, Clone, Default)]
 pub struct Reuse {
     /// Service → the backends (name, port) whose servers are its endpoints.
-    pub endpoint_users: BTreeMap<Key, Vec<(String, ResolvedPort)>>,
+    pub endpoint_users: EndpointUsers,
     /// Whether the run knew the time, and the first second at which a certificate expiry
     /// message would read differently.
     pub knew_time: bool,
     pub stable_until: Option<i64>,
     /// The previous certificates the run consulted (for invalid Secrets), as they were.
     pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
+}
+
+/// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
+/// for the Services whose endpoints moved: a tree by Service (or a sort) made on every run cost
+/// more at 10 000 Services than the rest of a run after an Ingress change, where the pass
+/// costs well under a millisecond on the endpoint path. HTTP backends are held as their parts,
+/// which the run keeps anyway.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointUsers {
+    http: Vec<Arc<parts::BackendPart>>,
+    /// The others (TCP backends): (Service, backend name, port).
+    other: Vec<(Key, String, ResolvedPort)>,
+}
+
+impl EndpointUsers {
+    fn add(&mut self, service: &Key, name: &str, port: &ResolvedPort) {
+        self.other
+            .push((service.clone(), name.to_string(), port.clone()));
+    }
+
+    fn add_part(&mut self, part: &Arc<parts::BackendPart>) {
+        self.http.push(part.clone());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.http.is_empty() && self.other.is_empty()
+    }
+
+    /// The backends (Service, name, port) of the Services in `services`.
+    pub fn of<'u>(
+        &'u self,
+        services: &'u BTreeSet<Key>,
+    ) -> impl Iterator<Item = (&'u Key, &'u str, &'u ResolvedPort)> {
+        let http = self
+            .http
+            .iter()
+            .map(|p| (&p.build.service, p.build.name.as_str(), &p.build.port));
+        let other = self
+            .other
+            .iter()
+            .map(|(service, name, port)| (service, name.as_str(), port));
+        http.chain(other)
+            .filter(move |(service, _, _)| !services.is_empty() && services.contains(*service))
+    }
 }
 
 impl Reuse {
@@ -187,6 +231,7 @@ pub fn translate<'a>(
         policy.begin_run();
     }
     let mut t = Translator::new(store, memo, config, inputs, policy, prior);
+    t.registered = Some(Vec::new());
     t.prior_claims = prior_claims.filter(|_| prior.is_some());
     t.load_config_map();
     let global = {
@@ -289,6 +334,19 @@ struct Translator<'a> {
     replaced_ranks: Vec<usize>,
     /// How far the lookup of the last run's backend parts has gone ([`parts::Prior::backend`]).
     backend_cursor: usize,
+    /// The run's HTTP backend registrations in the order they happened (the main translator's:
+    /// a fork registers into `backends`). Most come from the Ingress parts and are noted by
+    /// place, not copied; `finish` groups them by name.
+    registered: Option<Vec<Registered>>,
+}
+
+/// An HTTP backend registration of the run (see `Translator::registered`).
+#[derive(Debug)]
+enum Registered {
+    /// The `index`th backend of the Ingress part at `part` in `Translator::ingress_parts`.
+    Part { part: usize, index: usize },
+    /// A default backend (`--default-backend-service`, `spec.defaultBackend`).
+    Direct(parts::Registration),
 }
 
 impl<'a> Translator<'a> {
@@ -358,11 +416,33 @@ impl<'a> Translator<'a> {
         ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
     ) -> String {
         let name = format!("{}_{}_{}", service.namespace, service.name, port.number);
-        let entry = register(&mut self.backends, &name, service, port);
+        self.add_registration(&name, service, port, ingress);
+        name
+    }
+
+    /// One registration of HTTP backend `name`: noted in order by the main translator, made
+    /// into the table at once by a fork (whose routes then add their policies to it).
+    fn add_registration(
+        &mut self,
+        name: &str,
+        service: &Key,
+        port: ResolvedPort,
+        ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
+    ) {
+        if let Some(registered) = &mut self.registered {
+            registered.push(Registered::Direct(parts::Registration {
+                name: name.to_string(),
+                service: service.clone(),
+                port,
+                ingress,
+                policies: Box::default(),
+            }));
+            return;
+        }
+        let entry = register(&mut self.backends, name, service, port);
         if entry.ingress.is_none() {
             entry.ingress = ingress;
         }
-        name
     }
 
     /// Registers (once) the TCP-mode backend for a Service port.
@@ -454,10 +534,7 @@ impl<'a> Translator<'a> {
             service.name,
             port.number
         );
-        let entry = register(&mut self.backends, &name, service, port);
-        if entry.ingress.is_none() {
-            entry.ingress = Some((ingress.clone(), annotations));
-        }
+        self.add_registration(&name, service, port, Some((ingress.clone(), annotations)));
         name
     }
 
@@ -526,6 +603,7 @@ impl<'a> Translator<'a> {
             prior_claims: None,
             replaced_ranks: Vec::new(),
             backend_cursor: 0,
+            registered: None,
         }
     }
 
@@ -638,29 +716,12 @@ impl<'a> Translator<'a> {
     }
 
     /// Takes an Ingress' part into this run's state, as translating it here would have.
+    /// The part is the next of `ingress_parts` (pushed after this).
     fn absorb_ingress(&mut self, part: &parts::IngressPart) {
-        for registration in &part.backends {
-            // One search of the table: most registrations are a backend's first.
-            let entry = match self.backends.entry(registration.name.clone()) {
-                std::collections::btree_map::Entry::Vacant(vacant) => {
-                    vacant.insert(BackendBuild {
-                        service: registration.service.clone(),
-                        port: registration.port.clone(),
-                        ingress: registration.ingress.clone(),
-                        policies: registration.policies.iter().cloned().collect(),
-                    });
-                    continue;
-                }
-                std::collections::btree_map::Entry::Occupied(occupied) => occupied.into_mut(),
-            };
-            if entry.ingress.is_none() {
-                entry.ingress.clone_from(&registration.ingress);
-            }
-            for (id, settings) in &registration.policies {
-                if !entry.policies.contains_key(id) {
-                    entry.policies.insert(id.clone(), settings.clone());
-                }
-            }
+        let at = self.ingress_parts.len();
+        if let Some(registered) = &mut self.registered {
+            registered
+                .extend((0..part.backends.len()).map(|index| Registered::Part { part: at, index }));
         }
         for capture in &part.captures {
             match self
@@ -1070,11 +1131,8 @@ impl<'a> Translator<'a> {
         drop(routes);
         drop(groups);
 
-        let mut backends = Vec::with_capacity(self.backends.len());
-        for (name, build) in std::mem::take(&mut self.backends) {
-            let part = self.backend_part(&name, build);
-            backends.push(part.backend.clone());
-        }
+        let backends = self.http_backends(&ingress_parts);
+        drop(ingress_parts);
         let (sni, winners) =
             tls_edge::sni_map(std::mem::take(&mut self.passthrough), &mut self.diags);
         maps.sni = sni;
@@ -1121,12 +1179,13 @@ impl<'a> Translator<'a> {
         // (oldest first, then spec.tls order), without repeats: deterministic, and a new
         // Ingress appends rather than taking over the first line, which HAProxy serves to
         // clients without SNI and cannot replace without a reload.
-        let mut seen = std::collections::BTreeSet::new();
-        let crt_list: Vec<CrtListEntry> = std::mem::take(&mut self.tls_entries)
-            .into_iter()
-            .filter(|e| seen.insert(e.clone()))
-            .collect();
-        let mut crt_list = crt_list;
+        let mut crt_list = std::mem::take(&mut self.tls_entries);
+        let first_of_its_kind: Vec<bool> = {
+            let mut seen = std::collections::HashSet::with_capacity(crt_list.len());
+            crt_list.iter().map(|e| seen.insert(e)).collect()
+        };
+        let mut keep = first_of_its_kind.into_iter();
+        crt_list.retain(|_| keep.next().unwrap_or(false));
         if let Some(d) = self.default_certificate.take() {
             crt_list.insert(0, d);
         }
@@ -1180,13 +1239,68 @@ impl<'a> Translator<'a> {
         }
     }
 
+    /// The HTTP backends, in name order, from the run's registrations (`ingress_parts` holds
+    /// those of the Ingress parts). A backend registered once (most are) is looked up and
+    /// compared as that registration; one registered more than once is assembled from them
+    /// in the order they happened: the first Ingress supplies its annotations, and each
+    /// route policy comes from the first registration that has it.
+    fn http_backends(&mut self, ingress_parts: &[Arc<parts::IngressPart>]) -> Vec<Arc<Backend>> {
+        let registered = self.registered.take().unwrap_or_default();
+        let registrations: Vec<&parts::Registration> = registered
+            .iter()
+            .map(|r| match r {
+                Registered::Part { part, index } => &ingress_parts[*part].backends[*index],
+                Registered::Direct(registration) => registration,
+            })
+            .collect();
+        // By name, then in the order they happened.
+        let mut order: Vec<(&str, usize)> = registrations
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.as_str(), i))
+            .collect();
+        order.sort_unstable();
+        let mut backends = Vec::new();
+        for group in order.chunk_by(|a, b| a.0 == b.0) {
+            let part = match group {
+                [(_, only)] => self.backend_part(registrations[*only]),
+                _ => {
+                    let mut ingress = None;
+                    let mut policies = BTreeMap::new();
+                    for &(_, i) in group {
+                        let registration = registrations[i];
+                        if ingress.is_none() {
+                            ingress.clone_from(&registration.ingress);
+                        }
+                        for (id, settings) in &registration.policies {
+                            policies
+                                .entry(id.clone())
+                                .or_insert_with(|| settings.clone());
+                        }
+                    }
+                    let first = registrations[group[0].1];
+                    self.backend_part(&parts::Registration {
+                        name: first.name.clone(),
+                        service: first.service.clone(),
+                        port: first.port.clone(),
+                        ingress,
+                        policies: policies.into_iter().collect(),
+                    })
+                }
+            };
+            backends.push(part.backend.clone());
+        }
+        backends
+    }
+
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
     /// and its endpoints did not move (and its hook's operations fit the budget), else
     /// assembled by a fork. Taken into this run's state either way.
-    fn backend_part(&mut self, name: &str, build: BackendBuild) -> Arc<parts::BackendPart> {
+    fn backend_part(&mut self, build: &parts::Registration) -> Arc<parts::BackendPart> {
+        let name = build.name.as_str();
         let taken = self
             .prior
-            .and_then(|prior| prior.backend(name, &build, &mut self.backend_cursor))
+            .and_then(|prior| prior.backend(build, &mut self.backend_cursor))
             .filter(|part| self.policy.charge(part.operations))
             .cloned();
         let (part, keep) = match taken {
@@ -1197,7 +1311,7 @@ impl<'a> Translator<'a> {
             None => {
                 let before = self.policy.account();
                 let mut fork = self.fork();
-                let mut backend = fork.backend(name.to_string(), build.clone());
+                let mut backend = fork.backend(name.to_string(), build.to_build());
                 let service = ObjectRef::new(Kind::Service, &build.service);
                 tls_edge::resolve_server_tls(
                     &mut backend.settings,
@@ -1208,7 +1322,7 @@ impl<'a> Translator<'a> {
                 );
                 let operations = self.policy.account().since(before);
                 let part = parts::BackendPart {
-                    build: parts::Registration::from_build(name.to_string(), build),
+                    build: build.clone(),
                     backend: Arc::new(backend),
                     diagnostics: fork.diags.into_sorted(),
                     static_files: fork.static_files.into_iter().collect(),
@@ -1227,11 +1341,7 @@ impl<'a> Translator<'a> {
                 .or_insert_with(|| content.clone());
         }
         if part.follows_endpoints {
-            self.reuse
-                .endpoint_users
-                .entry(part.build.service.clone())
-                .or_default()
-                .push((name.to_string(), part.build.port.clone()));
+            self.reuse.endpoint_users.add_part(&part);
         }
         if keep {
             debug_assert!(
@@ -1284,9 +1394,7 @@ impl<'a> Translator<'a> {
             // Its servers follow the Service's endpoints alone (see `Reuse`).
             self.reuse
                 .endpoint_users
-                .entry(build.service.clone())
-                .or_default()
-                .push((name.clone(), build.port.clone()));
+                .add(&build.service, &name, &build.port);
         }
         Backend {
             name,

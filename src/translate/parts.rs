@@ -90,19 +90,24 @@ impl Registration {
         }
     }
 
-    /// Whether `build` holds what this was made from. Cheap for a backend that did not
-    /// change: its first Ingress' annotations and its route settings are the same shared
-    /// values, compared by address first.
-    pub(super) fn matches(&self, build: &BackendBuild) -> bool {
-        self.service == build.service
-            && self.port == build.port
-            && self.ingress == build.ingress
-            && self.policies.len() == build.policies.len()
-            && self
-                .policies
-                .iter()
-                .zip(&build.policies)
-                .all(|((id, settings), (other_id, other))| id == other_id && settings == other)
+    /// The backend being assembled from this registration.
+    pub(super) fn to_build(&self) -> BackendBuild {
+        BackendBuild {
+            service: self.service.clone(),
+            port: self.port.clone(),
+            ingress: self.ingress.clone(),
+            policies: self.policies.iter().cloned().collect(),
+        }
+    }
+
+    /// Whether `other` holds what this was made from (the name aside). Cheap for a backend
+    /// that did not change: its first Ingress' annotations and its route settings are the
+    /// same shared values, compared by address first.
+    pub(super) fn matches(&self, other: &Registration) -> bool {
+        self.service == other.service
+            && self.port == other.port
+            && self.ingress == other.ingress
+            && self.policies == other.policies
     }
 }
 
@@ -220,15 +225,15 @@ impl<'p> Prior<'p> {
         made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
     }
 
-    /// The part of backend `name` when it was assembled from what `build` holds and its
-    /// Service's endpoints did not move. Names are asked for in ascending order: `cursor`
+    /// The part of backend `build.name` when it was assembled from what `build` holds and
+    /// its Service's endpoints did not move. Names are asked for in ascending order: `cursor`
     /// (0 for the first) keeps the place reached in the parts, which are in that order too.
     pub(super) fn backend(
         self,
-        name: &str,
-        build: &BackendBuild,
+        build: &Registration,
         cursor: &mut usize,
     ) -> Option<&'p Arc<BackendPart>> {
+        let name = build.name.as_str();
         let backends = &self.parts.backends;
         while backends
             .get(*cursor)
