@@ -353,9 +353,13 @@ fn other_files(
         if name == SNI_MAP && model.maps.sni.is_empty() {
             continue;
         }
-        let bytes = match taken(name).filter(|_| same_maps(pick)) {
-            Some(bytes) => bytes,
-            None => map_file(name, pick(&model.maps))?.into(),
+        let bytes = match (taken(name), previous) {
+            (Some(bytes), _) if same_maps(pick) => bytes,
+            // A few entries changed (a new path): the others' lines are copied from the file.
+            (Some(bytes), Some((m, _))) => {
+                patch_map_file(name, pick(&m.maps), &bytes, pick(&model.maps))?.into()
+            }
+            _ => map_file(name, pick(&model.maps))?.into(),
         };
         files.insert(name.to_string(), bytes);
     }
@@ -446,6 +450,54 @@ fn map_file(name: &'static str, entries: &[MapEntry]) -> Result<Vec<u8>, RenderE
     Ok(out.into_bytes())
 }
 
+/// The map file of `entries`, given `old_file`, the map file of `old`: runs of entries both
+/// lists hold are copied from it (entries taken from the last run are the same shared strings,
+/// compared by address first), and only the others are written and checked. The result is
+/// what [`map_file`] makes of `entries` whatever the two lists hold; a file that is not
+/// `old`'s (by its length) is made whole.
+fn patch_map_file(
+    name: &'static str,
+    old: &[MapEntry],
+    old_file: &[u8],
+    entries: &[MapEntry],
+) -> Result<Vec<u8>, RenderError> {
+    let line_len = |e: &MapEntry| e.key.len() + e.value.len() + 2;
+    if old.iter().map(line_len).sum::<usize>() != old_file.len() {
+        return map_file(name, entries);
+    }
+    /// How far ahead in the old entries a new one is looked for: further means more entries
+    /// removed at one place, which is then written rather than copied.
+    const LOOKAHEAD: usize = 8;
+    let mut out = Vec::with_capacity(entries.iter().map(line_len).sum());
+    // The old entry `at` starts at byte `offset`; `copy` is the run of old bytes to copy.
+    let (mut at, mut offset) = (0, 0);
+    let mut copy = 0..0;
+    for entry in entries {
+        let found = old[at..].iter().take(LOOKAHEAD).position(|o| o == entry);
+        if let Some(skipped) = found {
+            // The old entries before it were removed (or changed).
+            let skipped_len: usize = old[at..at + skipped].iter().map(line_len).sum();
+            if skipped_len > 0 {
+                out.extend_from_slice(&old_file[copy.clone()]);
+                offset += skipped_len;
+                copy = offset..offset;
+            }
+            at += skipped + 1;
+            offset += line_len(entry);
+            copy.end = offset;
+        } else {
+            out.extend_from_slice(&old_file[copy.clone()]);
+            copy = offset..offset;
+            let line = format!("{} {}", entry.key, entry.value);
+            check_map_line(name, &line, 2)?;
+            out.extend_from_slice(line.as_bytes());
+            out.push(b'\n');
+        }
+    }
+    out.extend_from_slice(&old_file[copy]);
+    Ok(out)
+}
+
 /// A byte that makes a map line worth a closer look: a control character (or the first byte
 /// of U+0080–U+00BF), or a character HAProxy treats specially.
 fn special_byte(b: u8) -> bool {
@@ -493,6 +545,67 @@ fn check_map_line(file: &'static str, line: &str, words: usize) -> Result<(), Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An edit of a map: keep an entry (the same shared strings, or equal new ones), drop it,
+    /// change its value, or put a new entry before it.
+    #[derive(Debug, Clone)]
+    enum MapEdit {
+        Keep,
+        KeepCopied,
+        Drop,
+        Change(String),
+        Insert(String, String),
+    }
+
+    fn map_edit() -> impl proptest::strategy::Strategy<Value = MapEdit> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => Just(MapEdit::Keep),
+            1 => Just(MapEdit::KeepCopied),
+            1 => Just(MapEdit::Drop),
+            1 => "[a-c]{1,3}".prop_map(MapEdit::Change),
+            // Sometimes unsafe: the patch must refuse it as a whole render would.
+            1 => ("[a-c/]{1,3}", "[a-c#]{1,3}").prop_map(|(k, v)| MapEdit::Insert(k, v)),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 1000, ..Default::default() })]
+        #[test]
+        fn a_patched_map_file_is_the_map_file(
+            old in proptest::collection::vec(("[a-c/]{1,4}", "[a-c.]{1,3}"), 0..40),
+            edits in proptest::collection::vec(map_edit(), 0..48),
+        ) {
+            let entry = |k: &str, v: &str| MapEntry { key: k.into(), value: v.into() };
+            let old: Vec<MapEntry> = old.iter().map(|(k, v)| entry(k, v)).collect();
+            let mut new = Vec::new();
+            let mut edits = edits.into_iter();
+            for e in &old {
+                match edits.next().unwrap_or(MapEdit::Keep) {
+                    MapEdit::Keep => new.push(e.clone()),
+                    MapEdit::KeepCopied => new.push(entry(&e.key, &e.value)),
+                    MapEdit::Drop => {}
+                    MapEdit::Change(v) => new.push(entry(&e.key, &v)),
+                    MapEdit::Insert(k, v) => {
+                        new.push(entry(&k, &v));
+                        new.push(e.clone());
+                    }
+                }
+            }
+            for edit in edits {
+                if let MapEdit::Insert(k, v) | MapEdit::Change(k @ v) = &edit {
+                    new.push(entry(k, v));
+                }
+            }
+            let old_file = map_file("test", &old).unwrap();
+            let whole = format!("{:?}", map_file("test", &new));
+            let patched = format!("{:?}", patch_map_file("test", &old, &old_file, &new));
+            proptest::prop_assert_eq!(patched, whole);
+            // A file that is not the old entries' is made whole.
+            let other = format!("{:?}", patch_map_file("test", &old, b"x", &new));
+            proptest::prop_assert_eq!(other, format!("{:?}", map_file("test", &new)));
+        }
+    }
 
     /// What `check_map_line` decided before it became one pass over the bytes.
     fn check_map_line_by_chars(line: &str, words: usize) -> bool {
