@@ -158,13 +158,13 @@ impl Pipeline {
     pub fn run_with(&self, store: &Store, inputs: &RunInputs) -> Result<Output, RenderError> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(previous) = last.as_mut() {
-            if let Some((output, moved)) = self.after_endpoint_changes(previous, store, inputs)? {
+            if let Some((output, redone)) = self.after_endpoint_changes(previous, store, inputs)? {
                 previous.mark = store.mark();
                 previous.output = output.clone();
                 // Their servers are no longer those of the backend parts.
-                let reuse = &previous.reuse;
-                let names = reuse.endpoint_users.of(&moved).map(|(_, name, _)| name);
-                previous.parts.forget_backends(names);
+                previous
+                    .parts
+                    .forget_backends(redone.iter().map(String::as_str));
                 self.endpoint_runs
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(output);
@@ -249,14 +249,14 @@ impl Pipeline {
     }
 
     /// The output after changes that are all EndpointSlices: the previous one with the
-    /// servers of the affected backends redone. `None` when the changes are not all endpoint
+    /// servers of the affected backends redone, and those backends' names. `None` when the changes are not all endpoint
     /// changes, or are unknown, or the previous run's output does not hold for `inputs`.
     fn after_endpoint_changes(
         &self,
         previous: &LastRun,
         store: &Store,
         inputs: &RunInputs,
-    ) -> Result<Option<(Output, BTreeSet<crate::objects::Key>)>, RenderError> {
+    ) -> Result<Option<(Output, Vec<String>)>, RenderError> {
         if !previous.reuse.holds_for(inputs) {
             return Ok(None);
         }
@@ -271,7 +271,9 @@ impl Pipeline {
             services.extend(change.service.iter().cloned());
         }
         let mut model = previous.output.model.clone();
+        let mut redone = Vec::new();
         for (service, name, port) in previous.reuse.endpoint_users.of(&services) {
+            redone.push(name.to_string());
             for list in [&mut model.backends, &mut model.tcp_backends] {
                 let Ok(i) = list.binary_search_by(|b| b.name.as_str().cmp(name)) else {
                     continue;
@@ -298,7 +300,7 @@ impl Pipeline {
                 rendered,
                 diagnostics: previous_output.diagnostics.clone(),
             },
-            services,
+            redone,
         )))
     }
 }

@@ -78,10 +78,11 @@ const FILES: Files = Files {
 
 /// The rendered configuration: every file, by path relative to the config directory. The
 /// contents are shared: copies of a configuration, and configurations that differ in a few
-/// files, do not copy the rest.
+/// files, do not copy the rest. The table is shared too: with a certificate file per TLS
+/// Secret it has thousands of names, and the output is copied on every run and apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedConfig {
-    files: BTreeMap<String, Arc<Vec<u8>>>,
+    files: Arc<BTreeMap<String, Arc<Vec<u8>>>>,
 }
 
 impl RenderedConfig {
@@ -99,16 +100,18 @@ impl RenderedConfig {
     /// A configuration from (path, content) pairs, for tests and tools.
     pub fn from_files<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         Self {
-            files: files
-                .into_iter()
-                .map(|(n, c)| (n.to_string(), Arc::new(c.as_bytes().to_vec())))
-                .collect(),
+            files: Arc::new(
+                files
+                    .into_iter()
+                    .map(|(n, c)| (n.to_string(), Arc::new(c.as_bytes().to_vec())))
+                    .collect(),
+            ),
         }
     }
 
     /// Writes every file under `dir`, creating subdirectories.
     pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
-        for (name, bytes) in &self.files {
+        for (name, bytes) in self.files.iter() {
             let path = dir.join(name);
             let write = || -> std::io::Result<()> {
                 if let Some(parent) = path.parent() {
@@ -299,7 +302,9 @@ impl Renderer {
         files.insert(CONFIG_FILE.to_string(), layout.cfg.clone());
         other_files(model, Some((previous, previous_rendered)), &mut files)?;
         self.remember_layout(layout);
-        Ok(Some(RenderedConfig { files }))
+        Ok(Some(RenderedConfig {
+            files: Arc::new(files),
+        }))
     }
 
     /// Renders every file. The same model always gives the same bytes.
@@ -324,7 +329,9 @@ impl Renderer {
         let mut files: BTreeMap<String, Arc<Vec<u8>>> = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg);
         other_files(model, None, &mut files)?;
-        Ok(RenderedConfig { files })
+        Ok(RenderedConfig {
+            files: Arc::new(files),
+        })
     }
 }
 

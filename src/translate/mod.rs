@@ -163,8 +163,13 @@ impl EndpointUsers {
             .other
             .iter()
             .map(|(service, name, port)| (service, name.as_str(), port));
-        http.chain(other)
-            .filter(move |(service, _, _)| !services.is_empty() && services.contains(*service))
+        // A few Services (the usual case) are compared one by one: most backends differ from
+        // each at the length of a name, before any tree search.
+        let few: Option<Vec<&Key>> = (services.len() <= 16).then(|| services.iter().collect());
+        http.chain(other).filter(move |(service, _, _)| match &few {
+            Some(keys) => keys.contains(service),
+            None => services.contains(*service),
+        })
     }
 }
 
@@ -1264,29 +1269,11 @@ impl<'a> Translator<'a> {
         for group in order.chunk_by(|a, b| a.0 == b.0) {
             let part = match group {
                 [(_, only)] => self.backend_part(registrations[*only]),
-                _ => {
-                    let mut ingress = None;
-                    let mut policies = BTreeMap::new();
-                    for &(_, i) in group {
-                        let registration = registrations[i];
-                        if ingress.is_none() {
-                            ingress.clone_from(&registration.ingress);
-                        }
-                        for (id, settings) in &registration.policies {
-                            policies
-                                .entry(id.clone())
-                                .or_insert_with(|| settings.clone());
-                        }
-                    }
-                    let first = registrations[group[0].1];
-                    self.backend_part(&parts::Registration {
-                        name: first.name.clone(),
-                        service: first.service.clone(),
-                        port: first.port.clone(),
-                        ingress,
-                        policies: policies.into_iter().collect(),
-                    })
-                }
+                [(_, first), rest @ ..] => self.backend_part(&parts::Registration::merged(
+                    registrations[*first],
+                    rest.iter().map(|&(_, i)| registrations[i]),
+                )),
+                [] => continue,
             };
             backends.push(part.backend.clone());
         }

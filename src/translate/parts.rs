@@ -90,6 +90,35 @@ impl Registration {
         }
     }
 
+    /// The backend `first` and the later registrations of its name make, in order: the
+    /// Service port of the first, the first Ingress' annotations, each route policy from the
+    /// first registration that has it (as registering them one by one into a table would).
+    pub(super) fn merged<'r>(
+        first: &Registration,
+        registrations: impl Iterator<Item = &'r Registration>,
+    ) -> Self {
+        let mut ingress = first.ingress.clone();
+        let mut policies: BTreeMap<String, Arc<RouteSettings>> =
+            first.policies.iter().cloned().collect();
+        for registration in registrations {
+            if ingress.is_none() {
+                ingress.clone_from(&registration.ingress);
+            }
+            for (id, settings) in &registration.policies {
+                policies
+                    .entry(id.clone())
+                    .or_insert_with(|| settings.clone());
+            }
+        }
+        Registration {
+            name: first.name.clone(),
+            service: first.service.clone(),
+            port: first.port.clone(),
+            ingress,
+            policies: policies.into_iter().collect(),
+        }
+    }
+
     /// The backend being assembled from this registration.
     pub(super) fn to_build(&self) -> BackendBuild {
         BackendBuild {
