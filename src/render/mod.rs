@@ -298,9 +298,22 @@ impl Renderer {
         let Some(layout) = patched else {
             return Ok(None);
         };
-        let mut files = BTreeMap::new();
+        // With the same certificates and error pages (the usual case), the last table is
+        // copied whole, thousands of certificate files at once, and only haproxy.cfg and the
+        // maps are put in again.
+        let copied = same_tls(previous, model) && previous.errorfiles == model.errorfiles;
+        let mut files = if copied {
+            (*previous_rendered.files).clone()
+        } else {
+            BTreeMap::new()
+        };
         files.insert(CONFIG_FILE.to_string(), layout.cfg.clone());
-        other_files(model, Some((previous, previous_rendered)), &mut files)?;
+        other_files(
+            model,
+            Some((previous, previous_rendered)),
+            &mut files,
+            copied,
+        )?;
         self.remember_layout(layout);
         Ok(Some(RenderedConfig {
             files: Arc::new(files),
@@ -328,19 +341,27 @@ impl Renderer {
         }
         let mut files: BTreeMap<String, Arc<Vec<u8>>> = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg);
-        other_files(model, None, &mut files)?;
+        other_files(model, None, &mut files, false)?;
         Ok(RenderedConfig {
             files: Arc::new(files),
         })
     }
 }
 
-/// The files besides haproxy.cfg, into `files`. Where `previous` (a model and its rendering)
-/// has the same maps, TLS settings or error pages, their files are taken from it as they are.
+/// Whether two models have the same TLS settings (certificates, crt-list, CA files).
+fn same_tls(a: &Model, b: &Model) -> bool {
+    Arc::ptr_eq(&a.tls, &b.tls) || a.tls == b.tls
+}
+
+/// The files besides haproxy.cfg, into `files`: empty but for haproxy.cfg, or, when `copied`,
+/// a copy of `previous`' files, whose TLS settings and error pages are the same as `model`'s
+/// (only the maps are then put in again). Where `previous` (a model and its rendering) has
+/// the same maps, TLS settings or error pages, their files are taken from it as they are.
 fn other_files(
     model: &Model,
     previous: Option<(&Model, &RenderedConfig)>,
     files: &mut BTreeMap<String, Arc<Vec<u8>>>,
+    copied: bool,
 ) -> Result<(), RenderError> {
     let taken = |name: &str| previous.and_then(|(_, r)| r.files.get(name).cloned());
     let same_maps = |pick: fn(&RouteMaps) -> &Vec<MapEntry>| {
@@ -358,6 +379,7 @@ fn other_files(
         (SNI_MAP, |m| &m.sni),
     ] {
         if name == SNI_MAP && model.maps.sni.is_empty() {
+            files.remove(SNI_MAP);
             continue;
         }
         let bytes = match (taken(name), previous) {
@@ -370,9 +392,15 @@ fn other_files(
         };
         files.insert(name.to_string(), bytes);
     }
-    let same_tls =
-        previous.is_some_and(|(m, _)| Arc::ptr_eq(&m.tls, &model.tls) || m.tls == model.tls);
+    let same_tls = previous.is_some_and(|(m, _)| same_tls(m, model));
     let same_errorfiles = previous.is_some_and(|(m, _)| m.errorfiles == model.errorfiles);
+    if copied {
+        debug_assert!(
+            same_tls && same_errorfiles,
+            "copied only when they are the same"
+        );
+        return Ok(());
+    }
     if model.tls.enabled() {
         let list = match taken(CRT_LIST).filter(|_| same_tls) {
             Some(bytes) => bytes,
