@@ -41,23 +41,37 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Stderr {
     }
 }
 
+/// Adds `buf` to this thread's batch, if it is in one.
+fn gathered(buf: &[u8]) -> bool {
+    BATCH.with(|b| match b.borrow_mut().as_mut() {
+        Some(bytes) => {
+            bytes.extend_from_slice(buf);
+            true
+        }
+        None => false,
+    })
+}
+
 /// One log line's writer: into the thread's batch, or straight to stderr.
 #[derive(Debug)]
 pub struct LineWriter;
 
 impl Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let gathered = BATCH.with(|b| match b.borrow_mut().as_mut() {
-            Some(bytes) => {
-                bytes.extend_from_slice(buf);
-                true
-            }
-            None => false,
-        });
-        if gathered {
+        if gathered(buf) {
             Ok(buf.len())
         } else {
             io::stderr().write(buf)
+        }
+    }
+
+    /// A line outside a batch is written under one lock of stderr, as `std::io::stderr`'s
+    /// own writer does, so that another thread's line cannot come between its parts.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if gathered(buf) {
+            Ok(())
+        } else {
+            io::stderr().write_all(buf)
         }
     }
 

@@ -249,8 +249,9 @@ impl Pipeline {
     }
 
     /// The output after changes that are all EndpointSlices: the previous one with the
-    /// servers of the affected backends redone, and those backends' names. `None` when the changes are not all endpoint
-    /// changes, or are unknown, or the previous run's output does not hold for `inputs`.
+    /// servers of the affected backends redone, and those backends' names. `None` when the
+    /// changes are not all endpoint changes, or are unknown, or the previous run's output
+    /// does not hold for `inputs`.
     fn after_endpoint_changes(
         &self,
         previous: &LastRun,

@@ -392,17 +392,14 @@ fn other_files(
         };
         files.insert(name.to_string(), bytes);
     }
-    let same_tls = previous.is_some_and(|(m, _)| same_tls(m, model));
-    let same_errorfiles = previous.is_some_and(|(m, _)| m.errorfiles == model.errorfiles);
+    let tls_kept = previous.is_some_and(|(m, _)| same_tls(m, model));
+    let pages_kept = previous.is_some_and(|(m, _)| m.errorfiles == model.errorfiles);
     if copied {
-        debug_assert!(
-            same_tls && same_errorfiles,
-            "copied only when they are the same"
-        );
+        debug_assert!(tls_kept && pages_kept, "copied only when they are the same");
         return Ok(());
     }
     if model.tls.enabled() {
-        let list = match taken(CRT_LIST).filter(|_| same_tls) {
+        let list = match taken(CRT_LIST).filter(|_| tls_kept) {
             Some(bytes) => bytes,
             None => crt_list(model)?.into(),
         };
@@ -411,12 +408,12 @@ fn other_files(
     // CA bundles and client certificates haproxy.cfg names directly, certificates named by
     // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults).
     let contents = (model.tls.static_files.iter().chain(&model.tls.pem_files))
-        .map(|pem| (&pem.path, &pem.content, same_tls))
+        .map(|pem| (&pem.path, &pem.content, tls_kept))
         .chain(
             model
                 .errorfiles
                 .iter()
-                .map(|page| (&page.path, &page.content, same_errorfiles)),
+                .map(|page| (&page.path, &page.content, pages_kept)),
         );
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {
