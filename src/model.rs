@@ -292,11 +292,25 @@ pub struct RouteMaps {
 }
 
 /// One line of a map file.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Eq, PartialOrd, Ord, Serialize)]
 pub struct MapEntry {
     /// Shared with the map claims and routes it came from (tens of thousands per run).
     pub key: Arc<str>,
     pub value: Arc<str>,
+}
+
+impl PartialEq for MapEntry {
+    /// By address first: `Arc<str>`'s own `==` always compares the bytes (std takes the
+    /// address shortcut only for sized types), and entries kept from run to run share their
+    /// strings, so comparing the maps of two runs would read every key from memory.
+    fn eq(&self, other: &Self) -> bool {
+        same_str(&self.key, &other.key) && same_str(&self.value, &other.value)
+    }
+}
+
+/// Whether two shared strings are equal, by address first.
+pub fn same_str(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
 }
 
 /// The catch-all for requests no route matches.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{AclCondition, CanaryRoute, MapEntry, RouteMaps};
+use crate::model::{AclCondition, CanaryRoute, MapEntry, RouteMaps, same_str};
 use crate::objects::ObjectRef;
 
 /// An Ingress path type.
@@ -123,6 +123,8 @@ struct MapClaim {
     /// of the sort end at the number.
     prefix: u64,
     key: Arc<str>,
+    /// The route's map value: the winning claim's entry is made without reading the route.
+    value: Arc<str>,
 }
 
 /// The claims of the regular (not canary) routes on map keys, sorted by key and then
@@ -206,6 +208,7 @@ fn push_claims(groups: &[&[RouteCandidate]], group: usize, claims: &mut Vec<MapC
                 route: u32::try_from(index).unwrap_or(u32::MAX),
                 prefix: u64::from_be_bytes(first),
                 key: key.into(),
+                value: route.value.clone(),
             });
         });
     }
@@ -220,18 +223,30 @@ pub fn build_maps(
     diags: &mut Diagnostics,
 ) -> (RouteMaps, Vec<u16>) {
     let route = |c: &MapClaim| &groups[c.group as usize][c.route as usize];
-    let mut maps = RouteMaps::default();
+    // Sized once: as many entries as claims, but for keys claimed more than once.
+    let exact = claims.0.iter().filter(|c| c.table == Table::Exact).count();
+    let mut maps = RouteMaps {
+        exact: Vec::with_capacity(exact),
+        prefix: Vec::with_capacity(claims.0.len() - exact),
+        ..RouteMaps::default()
+    };
     let mut rest = claims.0.as_slice();
     while let Some(first) = rest.first() {
-        let same = rest
+        let same = rest[1..]
             .iter()
-            .position(|c| c.table != first.table || c.key != first.key)
-            .unwrap_or(rest.len());
+            .position(|c| {
+                (c.table, c.prefix) != (first.table, first.prefix) || !same_str(&c.key, &first.key)
+            })
+            .map_or(rest.len(), |n| n + 1);
         let (claimants, tail) = rest.split_at(same);
         rest = tail;
-        let winner = route(first);
-        for loser in claimants[1..].iter().map(route) {
-            if loser.value != winner.value && loser.ingress != winner.ingress {
+        // Routes are read only where several claim a key (their values are in the claims).
+        if claimants.len() > 1 {
+            let winner = route(first);
+            for loser in claimants[1..].iter().map(route) {
+                if loser.value == winner.value || loser.ingress == winner.ingress {
+                    continue;
+                }
                 diags.object(
                     Severity::Warning,
                     &loser.ingress,
@@ -248,7 +263,7 @@ pub fn build_maps(
         }
         let entry = MapEntry {
             key: first.key.clone(),
-            value: winner.value.clone(),
+            value: first.value.clone(),
         };
         match first.table {
             Table::Exact => maps.exact.push(entry),
