@@ -203,7 +203,7 @@ impl AdminState for Status {
     fn config(&self) -> Option<String> {
         let rendered = self.inner.read().ok()?.applied.as_ref()?.1.clone();
         Some(crate::translate::auth::redact_config(
-            rendered.haproxy_cfg(),
+            &rendered.haproxy_cfg(),
         ))
     }
 

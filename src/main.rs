@@ -94,7 +94,7 @@ fn main() -> ExitCode {
                         dir.display()
                     );
                 }
-                None => print_out(output.rendered.haproxy_cfg()),
+                None => print_out(&output.rendered.haproxy_cfg()),
             }
             ExitCode::SUCCESS
         }

@@ -256,7 +256,12 @@ fn check_case(
             .rendered
             .files()
             .iter()
-            .map(|(name, bytes)| (name.clone(), String::from_utf8_lossy(bytes).into_owned()))
+            .map(|(name, bytes)| {
+                (
+                    name.clone(),
+                    String::from_utf8_lossy(&bytes.bytes()).into_owned(),
+                )
+            })
             .collect(),
         diagnostics,
     };

@@ -255,9 +255,7 @@ proptest! {
 
         for (name, bytes) in baseline.files() {
             let other = replayed.files().get(name);
-            prop_assert!(other == Some(bytes), "{} differs:\n{}\n---\n{}", name,
-                String::from_utf8_lossy(bytes),
-                String::from_utf8_lossy(other.map(|b| &b[..]).unwrap_or_default()));
+            prop_assert!(other == Some(bytes), "{} differs:\n{:?}\n---\n{:?}", name, bytes, other);
         }
         prop_assert_eq!(baseline.files().len(), replayed.files().len());
         prop_assert_eq!(baseline_diags, replayed_diags);

@@ -79,7 +79,7 @@ fn run_case(dir: &Path) -> Result<(String, Result<(), String>), String> {
             writeln!(text, "({} bytes of PEM)", bytes.len()).unwrap();
         } else {
             // The version in the header would change every snapshot on each release.
-            let content = String::from_utf8_lossy(bytes).replace(
+            let content = String::from_utf8_lossy(&bytes.bytes()).replace(
                 concat!("Portcullis ", env!("CARGO_PKG_VERSION")),
                 "Portcullis <version>",
             );

@@ -25,7 +25,7 @@ fn summary(out: &Output) -> Summary {
         out.rendered
             .files()
             .iter()
-            .map(|(k, v)| (k.clone(), v.to_vec()))
+            .map(|(k, v)| (k.clone(), v.bytes().into_owned()))
             .collect(),
         out.diagnostics.iter().map(ToString::to_string).collect(),
     )

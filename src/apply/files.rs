@@ -69,7 +69,7 @@ pub fn write_atomically(
         crate::render::CRT_LIST => 1,
         _ => 0,
     };
-    let mut ordered: Vec<(&String, &std::sync::Arc<Vec<u8>>)> = config.files().iter().collect();
+    let mut ordered: Vec<(&String, &crate::render::Content)> = config.files().iter().collect();
     ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
     for (name, bytes) in ordered {
         let path = dir.join(name);
@@ -77,7 +77,7 @@ pub fn write_atomically(
             .and_then(|k| k.files().get(name))
             .is_some_and(|before| before == bytes)
             && std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64);
-        if written_before || std::fs::read(&path).is_ok_and(|old| *old == **bytes) {
+        if written_before || std::fs::read(&path).is_ok_and(|old| bytes.is(&old)) {
             continue;
         }
         let err = |source| FilesError::Write {
@@ -92,7 +92,7 @@ pub fn write_atomically(
         ));
         {
             let mut f = std::fs::File::create(&tmp).map_err(err)?;
-            f.write_all(bytes).map_err(err)?;
+            bytes.write_to(&mut f).map_err(err)?;
             f.sync_all().map_err(err)?;
         }
         std::fs::rename(&tmp, &path).map_err(err)?;

@@ -220,7 +220,7 @@ impl Object for Scope {
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     /// The haproxy.cfg this describes.
-    pub cfg: Arc<Vec<u8>>,
+    pub cfg: super::Content,
     /// (index of the backend in the model, byte range), in output order.
     sections: Vec<(usize, Range<usize>)>,
     /// The `model` and `files` the templates saw, for sections rendered into this layout.
@@ -259,7 +259,7 @@ pub(crate) fn finish_render(
     raw: &str,
     scope: &Scope,
     ctx: &Value,
-) -> Result<(Arc<Vec<u8>>, Option<Layout>), &'static str> {
+) -> Result<(super::Content, Option<Layout>), &'static str> {
     let printed = scope.printed.lock().map(|p| p.clone()).unwrap_or_default();
     let mut out =
         String::with_capacity(raw.len() + printed.iter().map(|p| p.1.len()).sum::<usize>());
@@ -282,7 +282,7 @@ pub(crate) fn finish_render(
     if !out.ends_with('\n') {
         out.push('\n');
     }
-    let cfg = Arc::new(out.into_bytes());
+    let cfg = super::Content::whole(out.into_bytes());
     let layout = (!scope.touched.load(Ordering::Relaxed)).then(|| Layout {
         cfg: cfg.clone(),
         sections,
@@ -335,25 +335,26 @@ pub(crate) fn patch(
     if layout.touched.load(Ordering::Relaxed) || view.read_any(&differing) {
         return Ok(None);
     }
-    // Byte ranges of a UTF-8 text, spliced with whole UTF-8 sections: still UTF-8.
-    let old: &[u8] = &layout.cfg;
-    let mut out = Vec::with_capacity(old.len() + 4096);
+    // Byte ranges of a UTF-8 text, spliced with whole UTF-8 sections: still UTF-8. The
+    // sections kept are shared with the last haproxy.cfg, not copied (see `Content`).
+    let mut replacements = Vec::with_capacity(texts.len());
     let mut sections = Vec::with_capacity(layout.sections.len());
-    let mut copied = 0;
+    // How far the sections after the replaced ones moved.
+    let mut shift: isize = 0;
     for (backend, range) in &layout.sections {
-        out.extend_from_slice(&old[copied..range.start]);
-        let start = out.len();
-        out.extend_from_slice(
-            texts
-                .get(backend)
-                .map_or(&old[range.clone()], |t| t.as_bytes()),
-        );
-        sections.push((*backend, start..out.len()));
-        copied = range.end;
+        let start = range.start.saturating_add_signed(shift);
+        let len = match texts.get(backend) {
+            Some(text) => {
+                replacements.push((range.clone(), text.as_bytes()));
+                shift += text.len() as isize - range.len() as isize;
+                text.len()
+            }
+            None => range.len(),
+        };
+        sections.push((*backend, start..start + len));
     }
-    out.extend_from_slice(&old[copied..]);
     Ok(Some(Layout {
-        cfg: Arc::new(out),
+        cfg: layout.cfg.splice(replacements),
         sections,
         ..layout.clone()
     }))

@@ -5,11 +5,13 @@
 //! files are data, written by Rust.
 
 mod bundled;
+mod content;
 pub mod formatter;
 mod fragments;
 
+pub use content::Content;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -82,18 +84,21 @@ const FILES: Files = Files {
 /// Secret it has thousands of names, and the output is copied on every run and apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RenderedConfig {
-    files: Arc<BTreeMap<String, Arc<Vec<u8>>>>,
+    files: Arc<BTreeMap<String, Content>>,
 }
 
 impl RenderedConfig {
-    pub fn haproxy_cfg(&self) -> &str {
-        self.files
-            .get(CONFIG_FILE)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or_default()
+    /// haproxy.cfg as text (copied into one string when it is held in pieces).
+    pub fn haproxy_cfg(&self) -> std::borrow::Cow<'_, str> {
+        self.file(CONFIG_FILE).unwrap_or_default()
     }
 
-    pub fn files(&self) -> &BTreeMap<String, Arc<Vec<u8>>> {
+    /// File `name` as text, when there is one and it is UTF-8.
+    pub fn file(&self, name: &str) -> Option<std::borrow::Cow<'_, str>> {
+        self.files.get(name).and_then(Content::text)
+    }
+
+    pub fn files(&self) -> &BTreeMap<String, Content> {
         &self.files
     }
 
@@ -103,7 +108,7 @@ impl RenderedConfig {
             files: Arc::new(
                 files
                     .into_iter()
-                    .map(|(n, c)| (n.to_string(), Arc::new(c.as_bytes().to_vec())))
+                    .map(|(n, c)| (n.to_string(), Content::whole(c.as_bytes().to_vec())))
                     .collect(),
             ),
         }
@@ -118,7 +123,7 @@ impl RenderedConfig {
                     std::fs::create_dir_all(parent)?;
                 }
                 let mut f = std::fs::File::create(&path)?;
-                f.write_all(bytes)?;
+                bytes.write_to(&mut f)?;
                 f.sync_all()
             };
             write().map_err(|source| RenderError::WriteFile {
@@ -289,7 +294,7 @@ impl Renderer {
             .layouts
             .lock()
             .ok()
-            .and_then(|layouts| layouts.iter().find(|l| Arc::ptr_eq(&l.cfg, cfg)).cloned());
+            .and_then(|layouts| layouts.iter().find(|l| l.cfg.ptr_eq(cfg)).cloned());
         let Some(layout) = layout else {
             return Ok(None);
         };
@@ -339,7 +344,7 @@ impl Renderer {
         if let Some(layout) = layout {
             self.remember_layout(layout);
         }
-        let mut files: BTreeMap<String, Arc<Vec<u8>>> = BTreeMap::new();
+        let mut files: BTreeMap<String, Content> = BTreeMap::new();
         files.insert(CONFIG_FILE.to_string(), cfg);
         other_files(model, None, &mut files, false)?;
         Ok(RenderedConfig {
@@ -360,7 +365,7 @@ fn same_tls(a: &Model, b: &Model) -> bool {
 fn other_files(
     model: &Model,
     previous: Option<(&Model, &RenderedConfig)>,
-    files: &mut BTreeMap<String, Arc<Vec<u8>>>,
+    files: &mut BTreeMap<String, Content>,
     copied: bool,
 ) -> Result<(), RenderError> {
     let taken = |name: &str| previous.and_then(|(_, r)| r.files.get(name).cloned());
@@ -386,7 +391,7 @@ fn other_files(
             (Some(bytes), _) if same_maps(pick) => bytes,
             // A few entries changed (a new path): the others' lines are copied from the file.
             (Some(bytes), Some((m, _))) => {
-                patch_map_file(name, pick(&m.maps), &bytes, pick(&model.maps))?.into()
+                patch_map_file(name, pick(&m.maps), &bytes.bytes(), pick(&model.maps))?.into()
             }
             _ => map_file(name, pick(&model.maps))?.into(),
         };
@@ -418,7 +423,7 @@ fn other_files(
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {
             Some(bytes) => bytes,
-            None => Arc::new(content.as_bytes().to_vec()),
+            None => Content::whole(content.as_bytes().to_vec()),
         };
         files.insert(path.clone(), bytes);
     }
@@ -869,8 +874,8 @@ mod tests {
                 let fresh = Renderer::load(Some(site.path())).unwrap();
                 let expected = fresh.render(model).unwrap();
                 assert_eq!(warm.render(model).unwrap(), expected, "{extra}");
-                let first = expected.haproxy_cfg().lines().find(|l| l.starts_with("# "));
-                assert!(first.is_some(), "{extra}");
+                let cfg = expected.haproxy_cfg();
+                assert!(cfg.lines().any(|l| l.starts_with("# ")), "{extra}");
             }
         }
     }
