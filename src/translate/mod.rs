@@ -351,7 +351,7 @@ enum Registered {
     /// The `index`th backend of the Ingress part at `part` in `Translator::ingress_parts`.
     Part { part: usize, index: usize },
     /// A default backend (`--default-backend-service`, `spec.defaultBackend`).
-    Direct(parts::Registration),
+    Direct(Arc<parts::Registration>),
 }
 
 impl<'a> Translator<'a> {
@@ -435,13 +435,13 @@ impl<'a> Translator<'a> {
         ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
     ) {
         if let Some(registered) = &mut self.registered {
-            registered.push(Registered::Direct(parts::Registration {
+            registered.push(Registered::Direct(Arc::new(parts::Registration {
                 name: name.to_string(),
                 service: service.clone(),
                 port,
                 ingress,
                 policies: Box::default(),
-            }));
+            })));
             return;
         }
         let entry = register(&mut self.backends, name, service, port);
@@ -708,7 +708,7 @@ impl<'a> Translator<'a> {
             backends: self
                 .backends
                 .into_iter()
-                .map(|(name, build)| parts::Registration::from_build(name, build))
+                .map(|(name, build)| Arc::new(parts::Registration::from_build(name, build)))
                 .collect(),
             captures: self.captures,
             userlists: self.userlists,
@@ -1251,7 +1251,7 @@ impl<'a> Translator<'a> {
     /// route policy comes from the first registration that has it.
     fn http_backends(&mut self, ingress_parts: &[Arc<parts::IngressPart>]) -> Vec<Arc<Backend>> {
         let registered = self.registered.take().unwrap_or_default();
-        let registrations: Vec<&parts::Registration> = registered
+        let registrations: Vec<&Arc<parts::Registration>> = registered
             .iter()
             .map(|r| match r {
                 Registered::Part { part, index } => &ingress_parts[*part].backends[*index],
@@ -1269,10 +1269,12 @@ impl<'a> Translator<'a> {
         for group in order.chunk_by(|a, b| a.0 == b.0) {
             let part = match group {
                 [(_, only)] => self.backend_part(registrations[*only]),
-                [(_, first), rest @ ..] => self.backend_part(&parts::Registration::merged(
-                    registrations[*first],
-                    rest.iter().map(|&(_, i)| registrations[i]),
-                )),
+                [(_, first), rest @ ..] => {
+                    self.backend_part(&Arc::new(parts::Registration::merged(
+                        registrations[*first],
+                        rest.iter().map(|&(_, i)| &**registrations[i]),
+                    )))
+                }
                 [] => continue,
             };
             backends.push(part.backend.clone());
@@ -1283,7 +1285,7 @@ impl<'a> Translator<'a> {
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
     /// and its endpoints did not move (and its hook's operations fit the budget), else
     /// assembled by a fork. Taken into this run's state either way.
-    fn backend_part(&mut self, build: &parts::Registration) -> Arc<parts::BackendPart> {
+    fn backend_part(&mut self, build: &Arc<parts::Registration>) -> Arc<parts::BackendPart> {
         let name = build.name.as_str();
         let taken = self
             .prior

@@ -34,7 +34,9 @@ pub struct IngressPart {
     pub(super) redirects: Vec<RedirectClaim>,
     pub(super) tls_entries: Vec<CrtListEntry>,
     pub(super) passthrough: Vec<PassthroughClaim>,
-    pub(super) backends: Vec<Registration>,
+    /// Shared with the backend parts made from them: a backend registered once is looked
+    /// up by the address of its registration.
+    pub(super) backends: Vec<Arc<Registration>>,
     pub(super) captures: Vec<FrontendCapture>,
     pub(super) userlists: Userlists,
     pub(super) pem_files: Vec<(String, String)>,
@@ -133,10 +135,11 @@ impl Registration {
     /// that did not change: its first Ingress' annotations and its route settings are the
     /// same shared values, compared by address first.
     pub(super) fn matches(&self, other: &Registration) -> bool {
-        self.service == other.service
-            && self.port == other.port
-            && self.ingress == other.ingress
-            && self.policies == other.policies
+        std::ptr::eq(self, other)
+            || self.service == other.service
+                && self.port == other.port
+                && self.ingress == other.ingress
+                && self.policies == other.policies
     }
 }
 
@@ -144,7 +147,7 @@ impl Registration {
 /// diagnostics and the files its server TLS settings name.
 #[derive(Debug)]
 pub struct BackendPart {
-    pub(super) build: Registration,
+    pub(super) build: Arc<Registration>,
     pub(super) backend: Arc<Backend>,
     pub(super) diagnostics: Vec<Diagnostic>,
     pub(super) static_files: Vec<(String, String)>,
@@ -259,20 +262,31 @@ impl<'p> Prior<'p> {
     /// (0 for the first) keeps the place reached in the parts, which are in that order too.
     pub(super) fn backend(
         self,
-        build: &Registration,
+        build: &Arc<Registration>,
         cursor: &mut usize,
     ) -> Option<&'p Arc<BackendPart>> {
-        let name = build.name.as_str();
         let backends = &self.parts.backends;
-        while backends
+        // The usual case: the next part was made from this very registration (of an Ingress
+        // part taken from the last run), so neither the names nor the contents are read.
+        let same = backends
             .get(*cursor)
-            .is_some_and(|p| p.build.name.as_str() < name)
-        {
-            *cursor += 1;
+            .is_some_and(|p| Arc::ptr_eq(&p.build, build));
+        if !same {
+            let name = build.name.as_str();
+            while backends
+                .get(*cursor)
+                .is_some_and(|p| p.build.name.as_str() < name)
+            {
+                *cursor += 1;
+            }
         }
-        backends
+        let part = backends
             .get(*cursor)
-            .filter(|p| p.build.name == name)
-            .filter(|p| !self.moved_endpoints.contains(&build.service) && p.build.matches(build))
+            .filter(|p| same || (p.build.name == build.name && p.build.matches(build)))?;
+        // Names are asked for in ascending order: this part is not asked for again.
+        *cursor += 1;
+        let moved =
+            !self.moved_endpoints.is_empty() && self.moved_endpoints.contains(&build.service);
+        (!moved).then_some(part)
     }
 }
