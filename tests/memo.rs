@@ -249,6 +249,76 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
     assert!(patched > 50, "{patched} runs patched haproxy.cfg");
 }
 
+/// The HTTPS side of a run (crt-list, certificate files, ssl-redirect and passthrough maps)
+/// is taken from the last run when every Ingress contributes what the one at its age rank
+/// did. An Ingress replaced at its rank by one that contributes otherwise (no TLS section,
+/// another redirect code, redirects off, its first TLS host only), then put back: after each
+/// step the warm pipeline gives what a fresh one gives.
+#[test]
+fn an_ingress_whose_https_side_changes_is_not_taken_as_before() {
+    let mut variants_run = 0;
+    for dir in &golden_cases() {
+        let objects = load_dir(dir).unwrap().objects;
+        let ingresses: Vec<std::sync::Arc<Ingress>> = objects
+            .iter()
+            .filter_map(|o| match o {
+                Object::Ingress(i) => Some(i.clone()),
+                _ => None,
+            })
+            .filter(|i| i.spec.as_ref().is_some_and(|s| s.tls.is_some()))
+            .collect();
+        let mut store = Store::from_objects(objects);
+        let config = case_config(dir);
+        let warm = Pipeline::load(None, None, config.clone()).unwrap();
+        let fresh = |store: &Store| {
+            let pipeline = Pipeline::load(None, None, config.clone()).unwrap();
+            summary(&pipeline.run(store).unwrap())
+        };
+        drop(warm.run(&store).unwrap());
+        for ingress in &ingresses {
+            let annotated = |key: &str, value: &str| {
+                let mut changed = Ingress::clone(ingress);
+                changed
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(format!("haproxy.org/{key}"), value.to_string());
+                changed
+            };
+            let mut no_tls = Ingress::clone(ingress);
+            if let Some(spec) = no_tls.spec.as_mut() {
+                spec.tls = None;
+            }
+            let mut first_host_only = Ingress::clone(ingress);
+            if let Some(tls) = first_host_only.spec.as_mut().and_then(|s| s.tls.as_mut()) {
+                tls.truncate(1);
+                if let Some(hosts) = tls.first_mut().and_then(|t| t.hosts.as_mut()) {
+                    hosts.truncate(1);
+                }
+            }
+            let steps = [
+                ("without TLS", no_tls),
+                ("with code 308", annotated("ssl-redirect-code", "308")),
+                ("without redirects", annotated("ssl-redirect", "false")),
+                ("with its first TLS host only", first_host_only),
+                ("put back", Ingress::clone(ingress)),
+            ];
+            for (step, changed) in steps {
+                store.upsert(Object::Ingress(std::sync::Arc::new(changed)));
+                assert_eq!(
+                    summary(&warm.run(&store).unwrap()),
+                    fresh(&store),
+                    "{}: Ingress {} {step}",
+                    dir.display(),
+                    ingress.metadata.name.as_deref().unwrap_or_default()
+                );
+                variants_run += 1;
+            }
+        }
+    }
+    assert!(variants_run > 20, "{variants_run} variants run");
+}
+
 /// Runs that take parts drop no remembered result, so the results of replaced Ingresses pile
 /// up; once the memos have grown by a quarter since the last full run, a full run prunes
 /// them. A long stream of Ingress changes alone must not grow memory without bound.

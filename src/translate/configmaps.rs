@@ -255,7 +255,7 @@ impl Translator<'_> {
             }
         }
         entries.sort();
-        let tls_available = !self.tls_entries.is_empty() || self.default_certificate.is_some();
+        let tls_available = self.tls_entries_from_parts > 0 || self.default_certificate.is_some();
         let l = self.config.listen.clone();
         for (port, field, value) in entries {
             let spec = match parse_tcp_service(&value) {

@@ -27,7 +27,6 @@ use sha2::{Digest, Sha256};
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
     Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlot,
-    Tls,
 };
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::policy::{HookContext, PolicyEngine, ValueSource};
@@ -343,6 +342,11 @@ struct Translator<'a> {
     /// a fork registers into `backends`). Most come from the Ingress parts and are noted by
     /// place, not copied; `finish` groups them by name.
     registered: Option<Vec<Registered>>,
+    /// Whether every Ingress part so far contributes to the HTTPS side what the part at its
+    /// rank in the last run did (see [`parts::PartsTls`]).
+    tls_same: bool,
+    /// The crt-list lines of the Ingress parts so far, repeats included.
+    tls_entries_from_parts: usize,
 }
 
 /// An HTTP backend registration of the run (see `Translator::registered`).
@@ -609,6 +613,8 @@ impl<'a> Translator<'a> {
             replaced_ranks: Vec::new(),
             backend_cursor: 0,
             registered: None,
+            tls_same: prior.is_some_and(|p| p.parts.tls.is_some()),
+            tls_entries_from_parts: 0,
         }
     }
 
@@ -653,6 +659,10 @@ impl<'a> Translator<'a> {
         let (part, keep) = match taken {
             Some(part) => {
                 self.kept.ingresses_taken += 1;
+                if part.rank != rank {
+                    // Its claims carry the old rank.
+                    self.tls_same = false;
+                }
                 (part, true)
             }
             None => {
@@ -662,6 +672,9 @@ impl<'a> Translator<'a> {
                 fork.ingress_rules(rank, key, ingress);
                 let operations = self.policy.account().since(before);
                 let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+                if self.tls_same {
+                    self.tls_same = self.contributes_as_before(rank, &part);
+                }
                 (Arc::new(part), operations.is_some())
             }
         };
@@ -669,6 +682,32 @@ impl<'a> Translator<'a> {
         debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
         self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
+    }
+
+    /// Whether the new `part` at `rank` contributes to the HTTPS side what the last run's
+    /// part at that rank did (nothing, when the last run had none there).
+    fn contributes_as_before(&self, rank: usize, part: &parts::IngressPart) -> bool {
+        let Some(prior) = self.prior else {
+            return false;
+        };
+        match prior.parts.ingresses.get(rank) {
+            Some(Some(before)) => before.same_tls(part),
+            Some(None) => false,
+            None => !part.has_tls(),
+        }
+    }
+
+    /// Whether the last run's parts beyond this run's last rank contributed nothing to the
+    /// HTTPS side (Ingresses went away at the end).
+    fn no_tls_dropped(&self) -> bool {
+        self.prior.is_some_and(|prior| {
+            prior
+                .parts
+                .ingresses
+                .iter()
+                .skip(self.ingress_parts.len())
+                .all(|p| p.as_ref().is_some_and(|p| !p.has_tls()))
+        })
     }
 
     /// `spec.defaultBackend`: the first Ingress to set one wins.
@@ -743,11 +782,6 @@ impl<'a> Translator<'a> {
             }
         }
         self.userlists.absorb(&part.userlists);
-        for (path, content) in &part.pem_files {
-            self.pem_files
-                .entry(path.clone())
-                .or_insert_with(|| content.clone());
-        }
         for d in &part.diagnostics {
             self.diags.push(d.clone());
         }
@@ -758,9 +792,9 @@ impl<'a> Translator<'a> {
             let soonest = self.reuse.stable_until.map_or(until, |u| u.min(until));
             self.reuse.stable_until = Some(soonest);
         }
-        self.redirects.extend(part.redirects.iter().cloned());
-        self.tls_entries.extend(part.tls_entries.iter().cloned());
-        self.passthrough.extend(part.passthrough.iter().cloned());
+        // Crt-list lines, certificate files, redirect and passthrough claims are gathered
+        // in `finish`, or taken from the last run (see `parts::PartsTls`).
+        self.tls_entries_from_parts += part.tls_entries.len();
     }
 
     /// An Ingress' rules and TLS section (on a fork: see [`Translator::ingress`]).
@@ -1108,16 +1142,34 @@ impl<'a> Translator<'a> {
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
         let global_tls = global.tls.clone();
-        // Without a certificate there is no HTTPS frontend to redirect to.
-        let redirects = if !self.config.listen.https
-            || (self.tls_entries.is_empty() && self.default_certificate.is_none())
-        {
-            Vec::new()
-        } else {
-            std::mem::take(&mut self.redirects)
-        };
-        // Routes come from the Ingresses' parts alone (a fork holds them until it becomes one).
+        // Crt-list lines, certificate files, redirect and passthrough claims come from the
+        // Ingress parts alone: the last run's when the parts contribute the same.
+        let prior_tls = self
+            .prior
+            .and_then(|prior| prior.parts.tls.as_ref())
+            .filter(|_| self.tls_same && self.no_tls_dropped());
+        // So do the routes (a fork holds them until it becomes one).
         let ingress_parts = std::mem::take(&mut self.ingress_parts);
+        let parts_tls = match prior_tls {
+            Some(kept) => kept.parts.clone(),
+            None => Arc::new(parts::PartsTls::gather(&ingress_parts)),
+        };
+        // Without a certificate there is no HTTPS frontend to redirect to.
+        let redirects_on = self.config.listen.https
+            && (!parts_tls.crt_list.is_empty() || self.default_certificate.is_some());
+        let redirect_map =
+            redirects_on.then(|| match prior_tls.and_then(|k| k.redirects.clone()) {
+                Some(kept) => kept,
+                None => {
+                    let mut diags = Diagnostics::new();
+                    let (entries, codes) = routes::redirect_map(&parts_tls.redirects, &mut diags);
+                    Arc::new(parts::RedirectMap {
+                        entries,
+                        codes,
+                        diagnostics: diags.into_sorted(),
+                    })
+                }
+            });
         let groups: Vec<&[RouteCandidate]> = ingress_parts
             .iter()
             .map(|part| part.routes.as_slice())
@@ -1126,10 +1178,16 @@ impl<'a> Translator<'a> {
             Some(claims) => claims.patch(&groups, &self.replaced_ranks),
             None => routes::SortedClaims::new(&groups),
         };
-        let redirects: Vec<&RedirectClaim> = redirects.iter().collect();
-        let (mut maps, redirect_codes) =
-            routes::build_maps(&groups, &claims, &redirects, &mut self.diags);
+        let mut maps = routes::build_maps(&groups, &claims, &mut self.diags);
         self.kept.claims = Some(claims);
+        let mut redirect_codes = Vec::new();
+        if let Some(redirects) = &redirect_map {
+            maps.ssl_redirect.clone_from(&redirects.entries);
+            redirect_codes.clone_from(&redirects.codes);
+            for d in &redirects.diagnostics {
+                self.diags.push(d.clone());
+            }
+        }
         // route-acl: canary routes get their own part of the maps and frontend rules.
         let routes: Vec<&RouteCandidate> = groups.iter().copied().flatten().collect();
         let canaries = routes::build_canaries(&routes, &mut maps);
@@ -1137,9 +1195,7 @@ impl<'a> Translator<'a> {
         drop(groups);
 
         let backends = self.http_backends(&ingress_parts);
-        drop(ingress_parts);
-        let (sni, winners) =
-            tls_edge::sni_map(std::mem::take(&mut self.passthrough), &mut self.diags);
+        let (sni, winners) = tls_edge::sni_map(parts_tls.passthrough.clone(), &mut self.diags);
         maps.sni = sni;
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
@@ -1180,24 +1236,30 @@ impl<'a> Translator<'a> {
             tcp_backends.push(Arc::new(self.backend(name, build)));
         }
 
-        // The default certificate (if any) comes first. The rest are in Ingress age order
-        // (oldest first, then spec.tls order), without repeats: deterministic, and a new
-        // Ingress appends rather than taking over the first line, which HAProxy serves to
-        // clients without SNI and cannot replace without a reload.
-        let mut crt_list = std::mem::take(&mut self.tls_entries);
-        let first_of_its_kind: Vec<bool> = {
-            let mut seen = std::collections::HashSet::with_capacity(crt_list.len());
-            crt_list.iter().map(|e| seen.insert(e)).collect()
+        // The TLS settings: the last run's when made from the same parts and the rest is
+        // the same too (thousands of certificate files are not gathered and compared again).
+        let tls_main = parts::TlsMain {
+            default_certificate: self.default_certificate.take(),
+            pem_files: std::mem::take(&mut self.pem_files),
+            static_files: std::mem::take(&mut self.static_files),
+            alpn: global_tls
+                .alpn
+                .clone()
+                .unwrap_or_else(|| vec!["h2".to_string(), "http/1.1".to_string()]),
+            strict_sni: global_tls.strict_sni,
+            client_auth,
         };
-        let mut keep = first_of_its_kind.into_iter();
-        crt_list.retain(|_| keep.next().unwrap_or(false));
-        if let Some(d) = self.default_certificate.take() {
-            crt_list.insert(0, d);
-        }
-        let pem_files = std::mem::take(&mut self.pem_files)
-            .into_iter()
-            .map(|(path, content)| crate::model::PemFile { path, content })
-            .collect();
+        let tls = match prior_tls.filter(|kept| kept.main == tls_main) {
+            Some(kept) => kept.tls.clone(),
+            None => Arc::new(tls_main.tls(&parts_tls, &ingress_parts)),
+        };
+        drop(ingress_parts);
+        self.kept.tls = Some(parts::TlsKept {
+            parts: parts_tls,
+            main: tls_main,
+            tls: tls.clone(),
+            redirects: redirect_map,
+        });
 
         let default_backend = match self.default_backend.take() {
             Some((backend, _)) => DefaultBackend::Service { backend },
@@ -1216,20 +1278,7 @@ impl<'a> Translator<'a> {
             redirect_codes,
             backends,
             default_backend,
-            tls: Arc::new(Tls {
-                pem_files,
-                crt_list,
-                alpn: global_tls
-                    .alpn
-                    .clone()
-                    .unwrap_or_else(|| vec!["h2".to_string(), "http/1.1".to_string()]),
-                strict_sni: global_tls.strict_sni,
-                client_auth,
-                static_files: std::mem::take(&mut self.static_files)
-                    .into_iter()
-                    .map(|(path, content)| crate::model::PemFile { path, content })
-                    .collect(),
-            }),
+            tls,
             peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,

@@ -98,7 +98,7 @@ fn entries(route: &RouteCandidate, mut entry: impl FnMut(Table, String, u8)) {
 }
 
 /// An Ingress asking for HTTP→HTTPS redirects on a TLS host.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedirectClaim {
     pub host: String,
     pub code: u16,
@@ -230,9 +230,8 @@ fn push_claims(groups: &[&[RouteCandidate]], group: usize, claims: &mut Vec<MapC
 pub fn build_maps(
     groups: &[&[RouteCandidate]],
     claims: &SortedClaims,
-    redirects: &[&RedirectClaim],
     diags: &mut Diagnostics,
-) -> (RouteMaps, Vec<u16>) {
+) -> RouteMaps {
     let route = |c: &MapClaim| &groups[c.group as usize][c.route as usize];
     // Sized once: as many entries as claims, but for keys claimed more than once.
     let exact = claims.0.iter().filter(|c| c.table == Table::Exact).count();
@@ -282,7 +281,15 @@ pub fn build_maps(
             Table::Prefix => maps.prefix.push(entry),
         }
     }
+    maps
+}
 
+/// The ssl-redirect map of `redirects` (host → code, the oldest Ingress' code winning), the
+/// codes in use, and the conflicts, reported on the younger Ingresses.
+pub fn redirect_map(
+    redirects: &[RedirectClaim],
+    diags: &mut Diagnostics,
+) -> (Vec<MapEntry>, Vec<u16>) {
     let mut by_host: BTreeMap<&str, Vec<(usize, u16, &ObjectRef)>> = BTreeMap::new();
     for r in redirects {
         by_host
@@ -291,6 +298,7 @@ pub fn build_maps(
             .push((r.rank, r.code, &r.ingress));
     }
     let mut codes = BTreeSet::new();
+    let mut entries = Vec::with_capacity(by_host.len());
     for (host, mut claims) in by_host {
         claims.sort();
         let (_, code, winner) = claims[0];
@@ -305,12 +313,12 @@ pub fn build_maps(
             }
         }
         codes.insert(code);
-        maps.ssl_redirect.push(MapEntry {
+        entries.push(MapEntry {
             key: host.into(),
             value: code.to_string().into(),
         });
     }
-    (maps, codes.into_iter().collect())
+    (entries, codes.into_iter().collect())
 }
 
 /// The first character of the keys of the canary part of both maps; no host or path starts
@@ -461,7 +469,7 @@ mod tests {
             route("", "/x", PathKind::ImplementationSpecific, "b4", 0),
         ];
         let groups = [&routes[..]];
-        let (maps, _) = build_maps(&groups, &SortedClaims::new(&groups), &[], &mut diags);
+        let maps = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let show = |v: &[MapEntry]| {
             v.iter()
                 .map(|e| format!("{} {}", e.key, e.value))
@@ -490,7 +498,7 @@ mod tests {
         ];
         let mut diags = Diagnostics::new();
         let groups = [&routes[..]];
-        let (mut maps, _) = build_maps(&groups, &SortedClaims::new(&groups), &[], &mut diags);
+        let mut maps = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let routes: Vec<&RouteCandidate> = routes.iter().collect();
         let canaries = build_canaries(&routes, &mut maps);
         assert!(
@@ -535,7 +543,7 @@ mod tests {
         // Without canary routes, nothing changes.
         let regular: Vec<RouteCandidate> = routes[..4].iter().map(|r| (*r).clone()).collect();
         let groups = [&regular[..]];
-        let (mut plain, _) = build_maps(&groups, &SortedClaims::new(&groups), &[], &mut diags);
+        let mut plain = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let before = plain.clone();
         assert!(build_canaries(&routes[..4], &mut plain).is_empty());
         assert_eq!(plain, before);
@@ -615,8 +623,8 @@ mod tests {
             let sorted = SortedClaims::new(&new);
             proptest::prop_assert_eq!(&patched, &sorted);
             let (mut d1, mut d2) = (Diagnostics::new(), Diagnostics::new());
-            let maps = build_maps(&new, &patched, &[], &mut d1);
-            let expected = build_maps(&new, &sorted, &[], &mut d2);
+            let maps = build_maps(&new, &patched, &mut d1);
+            let expected = build_maps(&new, &sorted, &mut d2);
             proptest::prop_assert_eq!(maps, expected);
             proptest::prop_assert_eq!(d1.into_sorted(), d2.into_sorted());
         }

@@ -19,7 +19,7 @@ use crate::store::Store;
 use super::tls;
 
 /// A host an Ingress path asks to pass through to a TCP backend.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PassthroughClaim {
     pub host: String,
     /// `tcp_<namespace>_<service>_<port>`.
