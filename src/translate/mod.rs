@@ -740,6 +740,7 @@ impl<'a> Translator<'a> {
         parts::IngressPart {
             ingress,
             rank,
+            has_canary: self.routes.iter().any(|r| r.canary.is_some()),
             routes: self.routes,
             redirects: self.redirects,
             tls_entries: self.tls_entries,
@@ -1188,10 +1189,14 @@ impl<'a> Translator<'a> {
                 self.diags.push(d.clone());
             }
         }
-        // route-acl: canary routes get their own part of the maps and frontend rules.
-        let routes: Vec<&RouteCandidate> = groups.iter().copied().flatten().collect();
-        let canaries = routes::build_canaries(&routes, &mut maps);
-        drop(routes);
+        // route-acl: canary routes get their own part of the maps and frontend rules. Most
+        // clusters have none: the routes (tens of thousands) are not gathered for nothing.
+        let canaries = if ingress_parts.iter().any(|p| p.has_canary) {
+            let routes: Vec<&RouteCandidate> = groups.iter().copied().flatten().collect();
+            routes::build_canaries(&routes, &mut maps)
+        } else {
+            Vec::new()
+        };
         drop(groups);
 
         let backends = self.http_backends(&ingress_parts);

@@ -31,6 +31,8 @@ pub struct IngressPart {
     pub(super) ingress: Arc<Ingress>,
     pub(super) rank: usize,
     pub(super) routes: Vec<RouteCandidate>,
+    /// Whether a route is a canary (`route-acl`).
+    pub(super) has_canary: bool,
     pub(super) redirects: Vec<RedirectClaim>,
     pub(super) tls_entries: Vec<CrtListEntry>,
     pub(super) passthrough: Vec<PassthroughClaim>,
