@@ -171,6 +171,21 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
     }
 }
 
+/// A golden case: its objects, their store, a pipeline warmed by a run on it, and what a
+/// fresh pipeline gives for a store (with the case's translation settings).
+fn warmed_case(dir: &Path) -> (Vec<Object>, Store, Pipeline, impl Fn(&Store) -> Summary) {
+    let objects = load_dir(dir).unwrap().objects;
+    let store = Store::from_objects(objects.clone());
+    let config = case_config(dir);
+    let warm = Pipeline::load(None, None, config.clone()).unwrap();
+    drop(warm.run(&store).unwrap());
+    let fresh = move |store: &Store| {
+        let pipeline = Pipeline::load(None, None, config.clone()).unwrap();
+        summary(&pipeline.run(store).unwrap())
+    };
+    (objects, store, warm, fresh)
+}
+
 /// Runs after Ingress changes take the parts of the unchanged Ingresses and backends from
 /// the last run (`translate::parts`). On every golden case (default backends, conflicts,
 /// captures, passthrough, basic auth, TLS), each Ingress is removed, put back as the very
@@ -183,20 +198,11 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
     let mut taken_total = 0;
     let mut patched = 0;
     for dir in &cases {
-        let objects = load_dir(dir).unwrap().objects;
+        let (objects, mut store, warm, fresh) = warmed_case(dir);
         let ingresses: Vec<Object> = objects
-            .iter()
+            .into_iter()
             .filter(|o| o.kind() == Kind::Ingress)
-            .cloned()
             .collect();
-        let mut store = Store::from_objects(objects);
-        let config = case_config(dir);
-        let warm = Pipeline::load(None, None, config.clone()).unwrap();
-        let fresh = |store: &Store| {
-            let pipeline = Pipeline::load(None, None, config.clone()).unwrap();
-            summary(&pipeline.run(store).unwrap())
-        };
-        drop(warm.run(&store).unwrap());
         for ingress in &ingresses {
             let copy = match ingress {
                 Object::Ingress(i) => Object::Ingress(std::sync::Arc::new(Ingress::clone(i))),
@@ -258,23 +264,15 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
 fn an_ingress_whose_https_side_changes_is_not_taken_as_before() {
     let mut variants_run = 0;
     for dir in &golden_cases() {
-        let objects = load_dir(dir).unwrap().objects;
+        let (objects, mut store, warm, fresh) = warmed_case(dir);
         let ingresses: Vec<std::sync::Arc<Ingress>> = objects
-            .iter()
+            .into_iter()
             .filter_map(|o| match o {
-                Object::Ingress(i) => Some(i.clone()),
+                Object::Ingress(i) => Some(i),
                 _ => None,
             })
             .filter(|i| i.spec.as_ref().is_some_and(|s| s.tls.is_some()))
             .collect();
-        let mut store = Store::from_objects(objects);
-        let config = case_config(dir);
-        let warm = Pipeline::load(None, None, config.clone()).unwrap();
-        let fresh = |store: &Store| {
-            let pipeline = Pipeline::load(None, None, config.clone()).unwrap();
-            summary(&pipeline.run(store).unwrap())
-        };
-        drop(warm.run(&store).unwrap());
         for ingress in &ingresses {
             let annotated = |key: &str, value: &str| {
                 let mut changed = Ingress::clone(ingress);
