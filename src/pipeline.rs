@@ -171,21 +171,25 @@ impl Pipeline {
             }
         }
         let remembered = self.remembered();
-        let prior_claims = last.as_mut().and_then(|p| p.parts.take_claims());
-        let moved_endpoints = last
+        let carried = last
+            .as_mut()
+            .map(|p| p.parts.take_carried())
+            .unwrap_or_default();
+        let changes = last
             .as_ref()
             .filter(|previous| {
                 let full = previous.remembered_after_full;
                 remembered <= full + full / 4 + 1024
             })
             .and_then(|previous| parts_still_valid(previous, store, inputs));
-        let prior =
-            last.as_ref()
-                .zip(moved_endpoints.as_ref())
-                .map(|(previous, moved_endpoints)| translate::parts::Prior {
-                    parts: &previous.parts,
-                    moved_endpoints,
-                });
+        let prior = last
+            .as_ref()
+            .zip(changes.as_ref())
+            .map(|(previous, changes)| translate::parts::Prior {
+                parts: &previous.parts,
+                moved_endpoints: &changes.moved_endpoints,
+                changed_ingresses: &changes.ingresses,
+            });
         if prior.is_some() {
             self.partial_runs
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -197,7 +201,7 @@ impl Pipeline {
             inputs,
             &self.memo,
             prior,
-            prior_claims,
+            carried,
         );
         self.ingress_parts_taken.fetch_add(
             translation.parts.ingresses_taken() as u64,
@@ -306,26 +310,35 @@ impl Pipeline {
     }
 }
 
-/// The Services whose endpoints moved since `previous`, when its translation parts are still
-/// valid for `store` and `inputs`: every change since is an Ingress or an EndpointSlice, and
-/// the time and certificates in force leave that run's output as it was. `None` otherwise.
-fn parts_still_valid(
-    previous: &LastRun,
-    store: &Store,
-    inputs: &RunInputs,
-) -> Option<BTreeSet<crate::objects::Key>> {
+/// What changed since a run whose translation parts a later run takes.
+#[derive(Debug, Default)]
+struct PartChanges {
+    /// The Services whose endpoints moved.
+    moved_endpoints: BTreeSet<crate::objects::Key>,
+    /// The Ingresses added, changed or removed.
+    ingresses: BTreeSet<crate::objects::Key>,
+}
+
+/// What changed since `previous`, when its translation parts are still valid for `store` and
+/// `inputs`: every change since is an Ingress or an EndpointSlice, and the time and
+/// certificates in force leave that run's output as it was. `None` otherwise.
+fn parts_still_valid(previous: &LastRun, store: &Store, inputs: &RunInputs) -> Option<PartChanges> {
     if !previous.reuse.holds_for(inputs) {
         return None;
     }
-    let mut moved = BTreeSet::new();
+    let mut changes = PartChanges::default();
     for change in store.changes_since(previous.mark)? {
         match change.kind {
-            Kind::Ingress => {}
-            Kind::EndpointSlice => moved.extend(change.service.iter().cloned()),
+            Kind::Ingress => {
+                changes.ingresses.insert(change.key.clone());
+            }
+            Kind::EndpointSlice => changes
+                .moved_endpoints
+                .extend(change.service.iter().cloned()),
             _ => return None,
         }
     }
-    Some(moved)
+    Some(changes)
 }
 
 /// Makes every backend of `model` that equals the one of the same name in `previous` that one

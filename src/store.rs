@@ -349,6 +349,10 @@ impl Store {
         self.ingress_classes.iter()
     }
 
+    pub fn ingress(&self, key: &Key) -> Option<&Arc<Ingress>> {
+        self.ingresses.get(key)
+    }
+
     pub fn service(&self, key: &Key) -> Option<&Arc<Service>> {
         self.services.get(key)
     }

@@ -217,7 +217,7 @@ struct BackendBuild {
 /// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
 /// run (a fresh one gives the same translation). `prior` holds the parts of the last run,
 /// when nothing but Ingresses and EndpointSlices changed since (see [`parts`]), and
-/// `prior_claims` that run's sorted map claims ([`parts::Parts::take_claims`]).
+/// `carried` what that run left to patch ([`parts::Parts::take_carried`]).
 pub fn translate<'a>(
     store: &'a Store,
     config: &'a TranslateConfig,
@@ -225,7 +225,7 @@ pub fn translate<'a>(
     inputs: &'a RunInputs,
     memo: &'a memo::Memo,
     prior: Option<parts::Prior<'a>>,
-    prior_claims: Option<routes::SortedClaims>,
+    carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
     if prior.is_some() {
@@ -236,7 +236,7 @@ pub fn translate<'a>(
     }
     let mut t = Translator::new(store, memo, config, inputs, policy, prior);
     t.registered = Some(Vec::new());
-    t.prior_claims = prior_claims.filter(|_| prior.is_some());
+    t.prior_claims = carried.claims.filter(|_| prior.is_some());
     t.load_config_map();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -261,17 +261,20 @@ pub fn translate<'a>(
         config.watch_ingress_without_class,
     );
     // Oldest first, then by namespace and name: where two Ingresses claim the same thing,
-    // the older one wins. The store lists them by namespace and name, so a stable sort on
-    // the age alone gives that order (and costs one pass when most have the same age).
-    let mut ingresses: Vec<_> = store
-        .ingresses()
-        .filter(|(_, i)| filter.accepts(i))
-        .map(|(key, i)| (i.metadata.creation_timestamp.clone().map(|t| t.0), key, i))
-        .collect();
-    ingresses.sort_by_key(|a| a.0);
-    for (rank, (_, key, ingress)) in ingresses.into_iter().enumerate() {
-        t.ingress(rank, key, ingress);
+    // the older one wins. The last run's order with the changed Ingresses moved, when the
+    // parts are valid (nothing but Ingresses and EndpointSlices changed since).
+    let order = match (prior, carried.ingress_order) {
+        (Some(prior), Some(order)) => order.patch(
+            prior.changed_ingresses,
+            |key| store.ingress(key).cloned(),
+            |i| filter.accepts(i),
+        ),
+        _ => parts::IngressOrder::new(store.ingresses(), |i| filter.accepts(i)),
+    };
+    for (rank, ordered) in order.iter().enumerate() {
+        t.ingress(rank, &ordered.key, &ordered.ingress);
     }
+    t.kept.ingress_order = Some(order);
     let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
         .tcps()
         .filter(|(_, t)| filter.accepts_meta(&t.metadata))
