@@ -344,3 +344,86 @@ fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
         summary(&fresh.run(&store).unwrap())
     );
 }
+
+/// A backend registered by an older Ingress' default backend and by a younger Ingress' rule
+/// takes the older Ingress' annotations (registrations count in the order they happened),
+/// whether the run sorted every registration or moved a changed Ingress' in the last order.
+#[test]
+fn a_backend_takes_the_annotations_of_its_first_registration() {
+    let manifests = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: older
+  namespace: shop
+  creationTimestamp: "2024-01-01T00:00:00Z"
+  annotations: {haproxy.org/timeout-server: "5s"}
+spec:
+  ingressClassName: portcullis
+  defaultBackend: {service: {name: web, port: {number: 80}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: younger
+  namespace: shop
+  creationTimestamp: "2025-01-01T00:00:00Z"
+  annotations: {haproxy.org/timeout-server: "9s"}
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: shop.example.com
+      http:
+        paths:
+          - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {ports: [{port: 80}]}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("all.yaml"), manifests).unwrap();
+    let objects = load_dir(dir.path()).unwrap().objects;
+    let younger = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::Ingress(i) if i.metadata.name.as_deref() == Some("younger") => Some(i.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let mut store = Store::from_objects(objects);
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let timeout = |out: &Output| {
+        let web = out
+            .model
+            .backends
+            .iter()
+            .find(|b| b.service == "web")
+            .unwrap();
+        web.settings.timeouts.get("server").copied()
+    };
+    assert_eq!(timeout(&pipeline.run(&store).unwrap()), Some(5000));
+    // The younger Ingress changed: a run that takes the older one's part.
+    let mut changed = Ingress::clone(&younger);
+    changed
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("changed".into(), "yes".into());
+    store.upsert(Object::Ingress(std::sync::Arc::new(changed)));
+    let partial = pipeline.partial_runs();
+    assert_eq!(timeout(&pipeline.run(&store).unwrap()), Some(5000));
+    assert_eq!(pipeline.partial_runs(), partial + 1);
+    // The younger Ingress' rule moved to another Service, at the same age rank: its old
+    // registration leaves the order, the new one comes in at its name.
+    let mut moved = Ingress::clone(&younger);
+    let rules = moved.spec.as_mut().and_then(|s| s.rules.as_mut()).unwrap();
+    let paths = &mut rules[0].http.as_mut().unwrap().paths;
+    paths[0].backend.service.as_mut().unwrap().name = "api".into();
+    store.upsert(Object::Ingress(std::sync::Arc::new(moved)));
+    let warm = pipeline.run(&store).unwrap();
+    let fresh = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    assert_eq!(summary(&warm), summary(&fresh.run(&store).unwrap()));
+    assert_eq!(pipeline.partial_runs(), partial + 2);
+}

@@ -237,6 +237,7 @@ pub fn translate<'a>(
     let mut t = Translator::new(store, memo, config, inputs, policy, prior);
     t.registered = Some(Vec::new());
     t.prior_claims = carried.claims.filter(|_| prior.is_some());
+    t.prior_registrations = carried.registrations.filter(|_| prior.is_some());
     t.load_config_map();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -341,24 +342,18 @@ struct Translator<'a> {
     replaced_ranks: Vec<usize>,
     /// How far the lookup of the last run's backend parts has gone ([`parts::Prior::backend`]).
     backend_cursor: usize,
-    /// The run's HTTP backend registrations in the order they happened (the main translator's:
-    /// a fork registers into `backends`). Most come from the Ingress parts and are noted by
-    /// place, not copied; `finish` groups them by name.
-    registered: Option<Vec<Registered>>,
+    /// The run's HTTP backend registrations besides the Ingress parts' (default backends),
+    /// each with the number of Ingress parts before it (the main translator's: a fork
+    /// registers into `backends`). `finish` groups them with the parts' by name.
+    registered: Option<Vec<(usize, Arc<parts::Registration>)>>,
+    /// The last run's order of the parts' registrations, patched in `finish` when every part
+    /// taken kept its age rank (as `prior_claims`).
+    prior_registrations: Option<parts::RegistrationOrder>,
     /// Whether every Ingress part so far contributes to the HTTPS side what the part at its
     /// rank in the last run did (see [`parts::PartsTls`]).
     tls_same: bool,
     /// The crt-list lines of the Ingress parts so far, repeats included.
     tls_entries_from_parts: usize,
-}
-
-/// An HTTP backend registration of the run (see `Translator::registered`).
-#[derive(Debug)]
-enum Registered {
-    /// The `index`th backend of the Ingress part at `part` in `Translator::ingress_parts`.
-    Part { part: usize, index: usize },
-    /// A default backend (`--default-backend-service`, `spec.defaultBackend`).
-    Direct(Arc<parts::Registration>),
 }
 
 impl<'a> Translator<'a> {
@@ -442,13 +437,14 @@ impl<'a> Translator<'a> {
         ingress: Option<(ObjectRef, Arc<BTreeMap<String, String>>)>,
     ) {
         if let Some(registered) = &mut self.registered {
-            registered.push(Registered::Direct(Arc::new(parts::Registration {
+            let registration = Arc::new(parts::Registration {
                 name: name.to_string(),
                 service: service.clone(),
                 port,
                 ingress,
                 policies: Box::default(),
-            })));
+            });
+            registered.push((self.ingress_parts.len(), registration));
             return;
         }
         let entry = register(&mut self.backends, name, service, port);
@@ -616,6 +612,7 @@ impl<'a> Translator<'a> {
             replaced_ranks: Vec::new(),
             backend_cursor: 0,
             registered: None,
+            prior_registrations: None,
             tls_same: prior.is_some_and(|p| p.parts.tls.is_some()),
             tls_entries_from_parts: 0,
         }
@@ -654,8 +651,10 @@ impl<'a> Translator<'a> {
             .filter(|part| self.policy.charge(part.operations))
             .map(|part| {
                 if part.rank != rank {
-                    // Its claims in the last run's order are at another rank.
+                    // Its claims and registrations in the last run's order are at another
+                    // rank.
                     self.prior_claims = None;
+                    self.prior_registrations = None;
                 }
                 part.at_rank(rank)
             });
@@ -766,11 +765,6 @@ impl<'a> Translator<'a> {
     /// Takes an Ingress' part into this run's state, as translating it here would have.
     /// The part is the next of `ingress_parts` (pushed after this).
     fn absorb_ingress(&mut self, part: &parts::IngressPart) {
-        let at = self.ingress_parts.len();
-        if let Some(registered) = &mut self.registered {
-            registered
-                .extend((0..part.backends.len()).map(|index| Registered::Part { part: at, index }));
-        }
         for capture in &part.captures {
             match self
                 .captures
@@ -1307,31 +1301,22 @@ impl<'a> Translator<'a> {
     /// in the order they happened: the first Ingress supplies its annotations, and each
     /// route policy comes from the first registration that has it.
     fn http_backends(&mut self, ingress_parts: &[Arc<parts::IngressPart>]) -> Vec<Arc<Backend>> {
-        let registered = self.registered.take().unwrap_or_default();
-        let registrations: Vec<&Arc<parts::Registration>> = registered
-            .iter()
-            .map(|r| match r {
-                Registered::Part { part, index } => &ingress_parts[*part].backends[*index],
-                Registered::Direct(registration) => registration,
-            })
-            .collect();
-        // By name, then in the order they happened.
-        let mut order: Vec<(&str, usize)> = registrations
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.name.as_str(), i))
-            .collect();
-        order.sort_unstable();
-        let mut backends = Vec::new();
-        for group in order.chunk_by(|a, b| a.0 == b.0) {
+        let directs = self.registered.take().unwrap_or_default();
+        // The parts' registrations by name, then in the order they happened: the last run's
+        // order with the replaced parts' moved, when it holds.
+        let order = match self.prior_registrations.take() {
+            Some(order) => order.patch(ingress_parts, &self.replaced_ranks),
+            None => parts::RegistrationOrder::new(ingress_parts),
+        };
+        let registrations = order.with_directs(ingress_parts, &directs);
+        self.kept.registrations = Some(order);
+        let mut backends = Vec::with_capacity(registrations.len());
+        for group in registrations.chunk_by(|a, b| a.0 == b.0 && a.1.name == b.1.name) {
             let part = match group {
-                [(_, only)] => self.backend_part(registrations[*only]),
-                [(_, first), rest @ ..] => {
-                    self.backend_part(&Arc::new(parts::Registration::merged(
-                        registrations[*first],
-                        rest.iter().map(|&(_, i)| &**registrations[i]),
-                    )))
-                }
+                [(_, only)] => self.backend_part(only),
+                [(_, first), rest @ ..] => self.backend_part(&Arc::new(
+                    parts::Registration::merged(first, rest.iter().map(|(_, r)| &***r)),
+                )),
                 [] => continue,
             };
             backends.push(part.backend.clone());

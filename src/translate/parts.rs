@@ -309,6 +309,8 @@ pub struct Parts {
     pub(super) claims: Option<SortedClaims>,
     /// The run's Ingresses in age order, for the next run to patch (taken the same way).
     pub(super) ingress_order: Option<IngressOrder>,
+    /// The Ingress parts' backend registrations in order (taken the same way).
+    pub(super) registrations: Option<RegistrationOrder>,
     /// The run's HTTPS side (see [`PartsTls`]).
     pub(super) tls: Option<TlsKept>,
 }
@@ -343,6 +345,7 @@ impl Parts {
         Carried {
             claims: self.claims.take(),
             ingress_order: self.ingress_order.take(),
+            registrations: self.registrations.take(),
         }
     }
 }
@@ -352,6 +355,114 @@ impl Parts {
 pub struct Carried {
     pub(super) claims: Option<SortedClaims>,
     pub(super) ingress_order: Option<IngressOrder>,
+    pub(super) registrations: Option<RegistrationOrder>,
+}
+
+/// The Ingress parts' backend registrations by name, then in the order they happened (age
+/// rank, then place in the part). Sorting them on every run read the 10 000 names many times
+/// over; a run whose parts kept their ranks moves only the replaced parts' registrations.
+#[derive(Debug, Default)]
+pub struct RegistrationOrder(Vec<Slot>);
+
+/// The `index`th registration of the part at rank `part`, and a hash of its name (most
+/// neighbours differ in it, so grouping by name reads few names).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    part: u32,
+    index: u32,
+    hash: u64,
+}
+
+/// A registration in the run's order, with the hash of its name.
+pub(super) type InOrder<'r> = (u64, &'r Arc<Registration>);
+
+impl RegistrationOrder {
+    pub(super) fn new(parts: &[Arc<IngressPart>]) -> Self {
+        let mut slots: Vec<Slot> = (0..parts.len()).flat_map(|p| slots_of(parts, p)).collect();
+        slots.sort_unstable_by(|a, b| slot_order(parts, a, b));
+        RegistrationOrder(slots)
+    }
+
+    /// This order, made for earlier parts, for `parts`: the registrations of the parts at
+    /// ranks `replaced` (ascending) put in again, those of parts beyond the end dropped.
+    /// Every other part must be the one it was at its rank (the caller's check); then the
+    /// result is what [`Self::new`] gives, reading only the replaced parts' names and a few
+    /// others.
+    pub(super) fn patch(mut self, parts: &[Arc<IngressPart>], replaced: &[usize]) -> Self {
+        let mut stale = vec![false; parts.len()];
+        for &rank in replaced {
+            stale[rank] = true;
+        }
+        self.0
+            .retain(|s| stale.get(s.part as usize) == Some(&false));
+        let mut fresh: Vec<Slot> = replaced.iter().flat_map(|&p| slots_of(parts, p)).collect();
+        if fresh.is_empty() {
+            return self;
+        }
+        fresh.sort_unstable_by(|a, b| slot_order(parts, a, b));
+        let mut merged = Vec::with_capacity(self.0.len() + fresh.len());
+        let mut at = 0;
+        for slot in fresh {
+            let place = self.0[at..].partition_point(|s| slot_order(parts, s, &slot).is_lt()) + at;
+            merged.extend_from_slice(&self.0[at..place]);
+            merged.push(slot);
+            at = place;
+        }
+        merged.extend_from_slice(&self.0[at..]);
+        RegistrationOrder(merged)
+    }
+
+    /// Every registration of the run in order: these and `directs` (default backends, each
+    /// with the number of parts before it, in the order they happened) merged.
+    pub(super) fn with_directs<'r>(
+        &self,
+        parts: &'r [Arc<IngressPart>],
+        directs: &'r [(usize, Arc<Registration>)],
+    ) -> Vec<InOrder<'r>> {
+        let of = |s: &Slot| (s.hash, &parts[s.part as usize].backends[s.index as usize]);
+        let mut sorted: Vec<(usize, &(usize, Arc<Registration>))> =
+            directs.iter().enumerate().collect();
+        sorted.sort_by(|(i, (ra, a)), (j, (rb, b))| {
+            (a.name.as_str(), ra, i).cmp(&(b.name.as_str(), rb, j))
+        });
+        let mut out = Vec::with_capacity(self.0.len() + directs.len());
+        let mut at = 0;
+        for (_, (before, direct)) in sorted {
+            // A default backend registered before the part at rank `before` comes before that
+            // part's registrations of the same name, after the earlier parts'.
+            let key = (direct.name.as_str(), *before, 0);
+            let place = self.0[at..].partition_point(|s| {
+                (of(s).1.name.as_str(), s.part as usize, s.index as usize + 1) < key
+            }) + at;
+            out.extend(self.0[at..place].iter().map(of));
+            out.push((super::routes::key_hash(&direct.name), direct));
+            at = place;
+        }
+        out.extend(self.0[at..].iter().map(of));
+        out
+    }
+}
+
+fn slots_of(parts: &[Arc<IngressPart>], part: usize) -> impl Iterator<Item = Slot> + '_ {
+    parts[part]
+        .backends
+        .iter()
+        .enumerate()
+        .map(move |(index, r)| Slot {
+            part: u32::try_from(part).unwrap_or(u32::MAX),
+            index: u32::try_from(index).unwrap_or(u32::MAX),
+            hash: super::routes::key_hash(&r.name),
+        })
+}
+
+/// By name, then age rank, then place in the part.
+fn slot_order(parts: &[Arc<IngressPart>], a: &Slot, b: &Slot) -> std::cmp::Ordering {
+    let name = |s: &Slot| {
+        parts[s.part as usize].backends[s.index as usize]
+            .name
+            .as_str()
+    };
+    (name(a), a.part, a.index).cmp(&(name(b), b.part, b.index))
 }
 
 /// The Ingresses of the class in the order translation takes them: oldest first, then by

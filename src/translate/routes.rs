@@ -195,7 +195,7 @@ impl SortedClaims {
 }
 
 /// FNV-1a: a few instructions a byte, and no dependency.
-fn key_hash(key: &str) -> u64 {
+pub(super) fn key_hash(key: &str) -> u64 {
     key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
