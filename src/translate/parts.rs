@@ -482,11 +482,10 @@ pub(super) struct Ordered {
     pub(super) ingress: Arc<Ingress>,
 }
 
+/// The FNV hash of the map keys (`routes::key_hash`) over the namespace and the name; a
+/// collision costs a comparison.
 fn key_hash(key: &Key) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    key.hash(&mut hasher);
-    hasher.finish()
+    super::routes::key_hash(&key.namespace) ^ super::routes::key_hash(&key.name).rotate_left(32)
 }
 
 impl IngressOrder {
