@@ -26,9 +26,12 @@ impl Fingerprint {
         value.hash(&mut self.1);
     }
 
-    /// Adds `value`'s serialized (JSON) form: what templates see of it.
+    /// Adds `value`'s serialized (JSON) form: what templates see of it. Through a buffer:
+    /// the serializer writes a byte or a few at a time, and SipHash's cost is per write.
     pub fn add_serialized(&mut self, value: &impl serde::Serialize) {
-        let _ = serde_json::to_writer(&mut *self, value);
+        let mut buffered = std::io::BufWriter::with_capacity(8 * 1024, &mut *self);
+        let _ = serde_json::to_writer(&mut buffered, value);
+        let _ = std::io::Write::flush(&mut buffered);
     }
 
     pub fn finish(&self) -> u128 {

@@ -49,29 +49,56 @@ impl ValueSource {
 
     /// Every value this source holds under `names` (a name and its aliases, in order; each
     /// with every accepted prefix, most specific first), with how to name it in messages.
-    fn lookup(&self, names: &[String]) -> Vec<(&str, String)> {
-        let mut found = Vec::new();
+    /// Annotations are found by walking the keys under each prefix (usually none) rather
+    /// than by building every prefixed name: this runs for each read of each script.
+    fn lookup<'s>(&'s self, names: &[String]) -> Vec<(&'s str, String)> {
         if self.values.is_empty() {
-            return found;
+            return Vec::new();
         }
-        let mut key = String::new();
-        for name in names {
-            if self.prefixed {
-                for p in ANNOTATION_PREFIXES {
-                    key.clear();
-                    key.push_str(p);
-                    key.push_str(name);
-                    if let Some(v) = self.values.get(key.as_str()) {
-                        found.push((v.as_str(), format!("annotation {key}")));
-                    }
+        if !self.prefixed {
+            return names
+                .iter()
+                .filter_map(|name| {
+                    let v = self.values.get(name)?;
+                    Some((v.as_str(), format!("key {name}")))
+                })
+                .collect();
+        }
+        // (name index, prefix index, key, value)
+        let mut hits = Vec::new();
+        let mut hit = |p_i: usize, key: &'s String, value: &'s String| {
+            let name = &key[ANNOTATION_PREFIXES[p_i].len()..];
+            for (n_i, _) in names.iter().enumerate().filter(|(_, n)| *n == name) {
+                hits.push((n_i, p_i, key, value));
+            }
+        };
+        if self.values.len() <= SCAN_LIMIT {
+            // One pass over a few keys is cheaper than a search per prefix.
+            for (key, value) in self.values.iter() {
+                if let Some(p_i) = ANNOTATION_PREFIXES.iter().position(|p| key.starts_with(p)) {
+                    hit(p_i, key, value);
                 }
-            } else if let Some(v) = self.values.get(name) {
-                found.push((v.as_str(), format!("key {name}")));
+            }
+        } else {
+            for (p_i, prefix) in ANNOTATION_PREFIXES.iter().enumerate() {
+                let under = self.values.range::<str, _>((
+                    std::ops::Bound::Included(*prefix),
+                    std::ops::Bound::Unbounded,
+                ));
+                for (key, value) in under.take_while(|(key, _)| key.starts_with(prefix)) {
+                    hit(p_i, key, value);
+                }
             }
         }
-        found
+        hits.sort_unstable_by_key(|&(n_i, p_i, _, _)| (n_i, p_i));
+        hits.into_iter()
+            .map(|(_, _, key, value)| (value.as_str(), format!("annotation {key}")))
+            .collect()
     }
 }
+
+/// Up to this many keys, [`ValueSource::lookup`] walks them all instead of searching.
+const SCAN_LIMIT: usize = 32;
 
 /// The hook's view of the object it is evaluating.
 #[derive(Debug, Clone)]
@@ -97,6 +124,65 @@ struct Inner {
     /// Shared with derived contexts: what the running hook call read and reported, while
     /// [`super::memo`] records it.
     trace: Arc<Mutex<Option<Trace>>>,
+}
+
+/// A context's subject and sources, borrowed, and those of the contexts derived from it
+/// (`ctx.service()`, `ctx.without(kind)`): what [`HookContext::service_context`] and
+/// [`HookContext::without_kind`] would hold, without building them.
+struct View<'a> {
+    subject: &'a ObjectRef,
+    sources: &'a [ValueSource],
+    /// Kinds whose sources are left out.
+    without: Vec<&'a str>,
+    service: Option<&'a ValueSource>,
+}
+
+impl<'a> View<'a> {
+    /// The view `steps` lead to; `None` when one does not exist (no Service).
+    fn derive(mut self, steps: &'a [Derive]) -> Option<View<'a>> {
+        for step in steps {
+            match step {
+                Derive::Service => {
+                    let service = self.service?;
+                    self = View {
+                        subject: &service.object,
+                        sources: std::slice::from_ref(service),
+                        without: Vec::new(),
+                        service: None,
+                    };
+                }
+                Derive::Without(kind) => self.without.push(kind),
+            }
+        }
+        Some(self)
+    }
+
+    /// Every value under `names` in the view's sources (of `kind` only, if given), in
+    /// precedence order: (source index in the view, raw value, how to name it).
+    fn found(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &'a str, String)> {
+        let mut out = Vec::new();
+        let sources = self
+            .sources
+            .iter()
+            .filter(|s| !self.without.contains(&s.object.kind.as_str()));
+        for (i, source) in sources.enumerate() {
+            if kind.is_some_and(|k| source.object.kind.as_str() != k) {
+                continue;
+            }
+            for (raw, field) in source.lookup(names) {
+                out.push((i, raw, field));
+            }
+        }
+        out
+    }
+}
+
+fn subject_part(subject: &ObjectRef, part: SubjectPart) -> String {
+    match part {
+        SubjectPart::Kind => subject.kind.as_str().to_string(),
+        SubjectPart::Namespace => subject.namespace.clone(),
+        SubjectPart::Name => subject.name.clone(),
+    }
 }
 
 /// Owned copies of [`HookContext::found`]'s answers, for a trace.
@@ -189,8 +275,10 @@ impl HookContext {
 
     /// Names the script being run, for `ctx.warn` messages.
     pub(crate) fn set_script(&self, name: &str) {
+        // Called per script and object: the buffer is reused rather than allocated anew.
         if let Ok(mut s) = self.inner.script.lock() {
-            *s = name.to_string();
+            s.clear();
+            s.push_str(name);
         }
     }
 
@@ -236,7 +324,9 @@ impl HookContext {
         Some(ctx)
     }
 
-    /// What `key` reads in this context: the answer a hook call would get.
+    /// What `key` reads in this context: the answer a hook call would get. Answered from a
+    /// borrowed [`View`] of the derived context rather than a built one: the memo replays a
+    /// read per script and route, and building contexts was most of its cost.
     pub(crate) fn replay(&self, key: &ReadKey) -> ReadValue {
         let view = match key {
             ReadKey::Lookup { view, .. }
@@ -245,18 +335,28 @@ impl HookContext {
             | ReadKey::Exists(view) => view.as_slice(),
             ReadKey::Fact(_) | ReadKey::SnippetPolicy => &[],
         };
-        let Some(ctx) = self.derive(view) else {
+        let Some(v) = self.view().derive(view) else {
             return ReadValue::Flag(false);
         };
         match key {
-            ReadKey::Lookup { names, .. } => ReadValue::Found(owned(ctx.found(names, None))),
+            ReadKey::Lookup { names, .. } => ReadValue::Found(owned(v.found(names, None))),
             ReadKey::LookupKind { kind, names, .. } => {
-                ReadValue::Found(owned(ctx.found(names, Some(kind))))
+                ReadValue::Found(owned(v.found(names, Some(kind))))
             }
-            ReadKey::Fact(name) => ReadValue::Text(ctx.inner.facts.get(name.as_str()).cloned()),
-            ReadKey::Subject { part, .. } => ReadValue::Text(Some(ctx.subject_part(*part))),
+            ReadKey::Fact(name) => ReadValue::Text(self.inner.facts.get(name.as_str()).cloned()),
+            ReadKey::Subject { part, .. } => ReadValue::Text(Some(subject_part(v.subject, *part))),
             ReadKey::Exists(_) => ReadValue::Flag(true),
-            ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", ctx.inner.snippets))),
+            ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", self.inner.snippets))),
+        }
+    }
+
+    /// This context's sources and subject, borrowed.
+    fn view(&self) -> View<'_> {
+        View {
+            subject: &self.inner.subject,
+            sources: &self.inner.sources,
+            without: Vec::new(),
+            service: self.inner.service.as_ref(),
         }
     }
 
@@ -276,18 +376,9 @@ impl HookContext {
         })
     }
 
-    fn subject_part(&self, part: SubjectPart) -> String {
-        let s = &self.inner.subject;
-        match part {
-            SubjectPart::Kind => s.kind.as_str().to_string(),
-            SubjectPart::Namespace => s.namespace.clone(),
-            SubjectPart::Name => s.name.clone(),
-        }
-    }
-
     /// The subject's `part`, as a read.
     fn read_subject(&self, part: SubjectPart) -> String {
-        let value = self.subject_part(part);
+        let value = subject_part(&self.inner.subject, part);
         self.note(|| {
             (
                 ReadKey::Subject {
@@ -303,16 +394,7 @@ impl HookContext {
     /// Every value under `names` in this context's sources (of `kind` only, if given), in
     /// precedence order: (source index, raw value, how to name it).
     fn found(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &str, String)> {
-        let mut out = Vec::new();
-        for (i, source) in self.inner.sources.iter().enumerate() {
-            if kind.is_some_and(|k| source.object.kind.as_str() != k) {
-                continue;
-            }
-            for (raw, field) in source.lookup(names) {
-                out.push((i, raw, field));
-            }
-        }
-        out
+        self.view().found(names, kind)
     }
 
     /// [`Self::found`], as a read.
@@ -809,4 +891,151 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("ignore_on", HookContext::ignore_on)
         .register_fn("syslog_servers", HookContext::get_syslog_servers)
         .register_fn("log_format", HookContext::get_log_format);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::{Key, Kind};
+
+    /// Names in order, then prefixes most specific first, whether the keys are walked (few)
+    /// or searched by prefix (many); keys that only look alike are not found.
+    #[test]
+    fn lookups_keep_name_then_prefix_order_with_few_or_many_keys() {
+        let wanted = [
+            ("haproxy.org/timeout-server", "2s"),
+            ("portcullis.io/timeout-server", "1s"),
+            ("ingress.kubernetes.io/server-timeout", "3s"),
+            ("haproxy.org/server-timeout", "4s"),
+            ("nginx.ingress.kubernetes.io/timeout-server", "no"),
+            ("portcullis.io/timeout-server-x", "no"),
+            ("timeout-server", "no"),
+        ];
+        let names = ["timeout-server".to_string(), "server-timeout".to_string()];
+        for filler in [0, 100] {
+            let mut values: BTreeMap<String, String> = wanted
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            for i in 0..filler {
+                for p in ["a/", "haproxy.org/other-", "portcullis.io/x", "zz/"] {
+                    values.insert(format!("{p}{i}"), "no".to_string());
+                }
+            }
+            assert_eq!(values.len() > SCAN_LIMIT, filler > 0);
+            let object = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+            let source = ValueSource::annotations(object, Arc::new(values));
+            let found: Vec<(&str, String)> = source.lookup(&names);
+            assert_eq!(
+                found,
+                [
+                    ("1s", "annotation portcullis.io/timeout-server".to_string()),
+                    ("2s", "annotation haproxy.org/timeout-server".to_string()),
+                    ("4s", "annotation haproxy.org/server-timeout".to_string()),
+                    (
+                        "3s",
+                        "annotation ingress.kubernetes.io/server-timeout".to_string()
+                    ),
+                ],
+                "{filler} filler keys"
+            );
+        }
+    }
+
+    /// A replayed read answers what the read made in the derived context (built as
+    /// `ctx.service()` and `ctx.without(kind)` build it) answered.
+    #[test]
+    fn replayed_reads_answer_as_the_derived_contexts() {
+        let source = |kind: Kind, name: &str, pairs: &[(&str, &str)]| {
+            let object = ObjectRef::new(kind, &Key::new("ns", name));
+            let values: BTreeMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            match kind {
+                Kind::ConfigMap => ValueSource::config_map(object, Arc::new(values)),
+                _ => ValueSource::annotations(object, Arc::new(values)),
+            }
+        };
+        let ingress = source(
+            Kind::Ingress,
+            "web",
+            &[("haproxy.org/timeout-server", "1s")],
+        );
+        let service = source(
+            Kind::Service,
+            "svc",
+            &[("portcullis.io/timeout-server", "2s")],
+        );
+        let config = source(Kind::ConfigMap, "cfg", &[("timeout-server", "3s")]);
+        let with_service = HookContext::new(
+            ingress.object.clone(),
+            vec![ingress.clone(), service.clone(), config.clone()],
+            BTreeMap::from([("host", "a.example".to_string())]),
+        )
+        .with_service(service.clone());
+        let without_service = HookContext::new(
+            ingress.object.clone(),
+            vec![ingress, config],
+            BTreeMap::new(),
+        );
+        let without = |kind: &str| Derive::Without(kind.to_string());
+        let views = [
+            vec![],
+            vec![without("Ingress")],
+            vec![without("Ingress"), without("ConfigMap")],
+            vec![Derive::Service],
+            vec![Derive::Service, without("Service")],
+            vec![without("Ingress"), Derive::Service],
+            vec![Derive::Service, Derive::Service],
+        ];
+        let names = vec!["timeout-server".to_string()];
+        for ctx in [&with_service, &without_service] {
+            for view in &views {
+                let keys = [
+                    ReadKey::Lookup {
+                        view: view.clone(),
+                        names: names.clone(),
+                    },
+                    ReadKey::LookupKind {
+                        view: view.clone(),
+                        kind: "ConfigMap".to_string(),
+                        names: names.clone(),
+                    },
+                    ReadKey::Subject {
+                        view: view.clone(),
+                        part: SubjectPart::Name,
+                    },
+                    ReadKey::Subject {
+                        view: view.clone(),
+                        part: SubjectPart::Kind,
+                    },
+                    ReadKey::Exists(view.clone()),
+                    ReadKey::Fact("host".to_string()),
+                ];
+                let built = ctx.derive(view);
+                for key in &keys {
+                    let expected = match (&built, key) {
+                        (None, ReadKey::Fact(_)) => ctx.replay(key),
+                        (None, _) => ReadValue::Flag(false),
+                        (Some(b), ReadKey::Lookup { names, .. }) => {
+                            ReadValue::Found(owned(b.found(names, None)))
+                        }
+                        (Some(b), ReadKey::LookupKind { kind, names, .. }) => {
+                            ReadValue::Found(owned(b.found(names, Some(kind))))
+                        }
+                        (Some(b), ReadKey::Subject { part, .. }) => {
+                            ReadValue::Text(Some(subject_part(&b.inner.subject, *part)))
+                        }
+                        (Some(_), ReadKey::Exists(_)) => ReadValue::Flag(true),
+                        (Some(b), ReadKey::Fact(name)) => {
+                            ReadValue::Text(b.inner.facts.get(name.as_str()).cloned())
+                        }
+                        (Some(_), ReadKey::SnippetPolicy) => unreachable!(),
+                    };
+                    assert_eq!(ctx.replay(key), expected, "{view:?} {key:?}");
+                }
+            }
+        }
+    }
 }
