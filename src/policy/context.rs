@@ -973,7 +973,7 @@ mod tests {
             vec![ingress.clone(), service.clone(), config.clone()],
             BTreeMap::from([("host", "a.example".to_string())]),
         )
-        .with_service(service.clone());
+        .with_service(service);
         let without_service = HookContext::new(
             ingress.object.clone(),
             vec![ingress, config],
