@@ -19,6 +19,7 @@ pub mod logwriter;
 pub mod metrics;
 pub mod model;
 pub mod objects;
+pub mod parallel;
 pub mod pipeline;
 pub mod policy;
 pub mod render;

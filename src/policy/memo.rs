@@ -15,7 +15,8 @@
 //! when a run no longer uses them; a new script set starts a new memo.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use rhai::Dynamic;
 
@@ -117,8 +118,8 @@ enum Node {
     },
     Leaf {
         outcome: Arc<Outcome>,
-        /// The last run that used it.
-        run: u64,
+        /// The last run that used it; set under the read lock, by concurrent finds.
+        run: AtomicU64,
     },
 }
 
@@ -133,15 +134,16 @@ struct State {
     roots: HashMap<(u64, Hook), Node>,
 }
 
-/// The memo of one compiled script set.
+/// The memo of one compiled script set. Finds share it (the workers of a cold run look up
+/// at once); only remembering writes.
 #[derive(Default)]
 pub struct Memo {
-    state: Mutex<State>,
+    state: RwLock<State>,
 }
 
 impl std::fmt::Debug for Memo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let leaves = self.state.lock().map(|s| s.leaves).unwrap_or(0);
+        let leaves = self.state.read().map(|s| s.leaves).unwrap_or(0);
         f.debug_struct("Memo").field("leaves", &leaves).finish()
     }
 }
@@ -149,7 +151,7 @@ impl std::fmt::Debug for Memo {
 impl Memo {
     /// A new pipeline run: drops what the previous run did not use.
     pub fn begin_run(&self) {
-        let Ok(mut state) = self.state.lock() else {
+        let Ok(mut state) = self.state.write() else {
             return;
         };
         let keep_from = state.run;
@@ -169,17 +171,17 @@ impl Memo {
         hook: Hook,
         mut replay: impl FnMut(&ReadKey) -> ReadValue,
     ) -> Option<Arc<Outcome>> {
-        let mut state = self.state.lock().ok()?;
+        let state = self.state.read().ok()?;
         let run = state.run;
-        let mut node = state.roots.get_mut(&(script, hook))?;
+        let mut node = state.roots.get(&(script, hook))?;
         loop {
             match node {
                 Node::Read { key, next } => {
                     let value = replay(key);
-                    node = next.get_mut(&value)?;
+                    node = next.get(&value)?;
                 }
                 Node::Leaf { outcome, run: used } => {
-                    *used = run;
+                    used.fetch_max(run, Ordering::Relaxed);
                     return Some(outcome.clone());
                 }
             }
@@ -195,7 +197,7 @@ impl Memo {
         trace: Vec<(ReadKey, ReadValue)>,
         outcome: Outcome,
     ) {
-        let Ok(mut state) = self.state.lock() else {
+        let Ok(mut state) = self.state.write() else {
             return;
         };
         if state.leaves >= MAX_LEAVES {
@@ -205,7 +207,7 @@ impl Memo {
         let run = state.run;
         let leaf = Node::Leaf {
             outcome: Arc::new(outcome),
-            run,
+            run: AtomicU64::new(run),
         };
         let mut reads = trace.into_iter();
         let chain = |reads: std::vec::IntoIter<(ReadKey, ReadValue)>, leaf: Node| {
@@ -244,7 +246,7 @@ impl Memo {
 
     /// How many results are remembered.
     pub fn len(&self) -> usize {
-        self.state.lock().map(|s| s.leaves).unwrap_or(0)
+        self.state.read().map(|s| s.leaves).unwrap_or(0)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -397,7 +399,7 @@ impl WholeRuns {
 fn prune(node: &mut Node, keep_from: u64, leaves: &mut usize) -> bool {
     match node {
         Node::Leaf { run, .. } => {
-            let keep = *run >= keep_from;
+            let keep = run.load(Ordering::Relaxed) >= keep_from;
             *leaves += usize::from(keep);
             keep
         }

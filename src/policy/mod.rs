@@ -324,6 +324,13 @@ impl PolicyEngine {
         RUN_BUDGET.with(|b| b.set(self.run_budget));
     }
 
+    /// Starts the work of one item on a worker thread of a run (see [`crate::parallel`]): the
+    /// whole run budget, which the run charges again when it takes the result.
+    pub fn begin_worker(&self) {
+        RUN_OPERATIONS.with(|r| r.set(0));
+        RUN_BUDGET.with(|b| b.set(self.run_budget));
+    }
+
     /// The hook work of the run on this thread so far.
     pub fn account(&self) -> RunAccount {
         RunAccount {

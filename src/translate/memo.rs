@@ -81,20 +81,25 @@ impl Memo {
         slots_block: u32,
     ) -> Arc<Vec<ServerSlot>> {
         let slices: Vec<&Arc<EndpointSlice>> = store.endpoint_slices_of(service).collect();
+        {
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let run = inner.run;
+            if let Some(known) = inner.servers.get_mut(service).and_then(|list| {
+                list.iter_mut().find(|s| {
+                    s.port == *port
+                        && s.slots_block == slots_block
+                        && s.slices.len() == slices.len()
+                        && s.slices.iter().zip(&slices).all(|(a, b)| Arc::ptr_eq(a, b))
+                })
+            }) {
+                known.used = run;
+                return known.servers.clone();
+            }
+        }
+        // Computed unlocked: the workers of a cold run (see `crate::parallel`) share the memo.
+        let servers = Arc::new(super::servers(store, service, port, slots_block));
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let run = inner.run;
-        if let Some(known) = inner.servers.get_mut(service).and_then(|list| {
-            list.iter_mut().find(|s| {
-                s.port == *port
-                    && s.slots_block == slots_block
-                    && s.slices.len() == slices.len()
-                    && s.slices.iter().zip(&slices).all(|(a, b)| Arc::ptr_eq(a, b))
-            })
-        }) {
-            known.used = run;
-            return known.servers.clone();
-        }
-        let servers = Arc::new(super::servers(store, service, port, slots_block));
         let list = inner.servers.entry(service.clone()).or_default();
         list.retain(|s| !(s.port == *port && s.slots_block == slots_block));
         list.push(Servers {
@@ -110,19 +115,24 @@ impl Memo {
     /// [`tls::pem_file`] of `secret` and the `notAfter` of its leaf, from the last run when it
     /// is the same Secret object.
     pub fn certificate(&self, key: &Key, secret: &Arc<Secret>) -> CertificateFile {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let run = inner.run;
-        if let Some(known) = inner
-            .certificates
-            .get_mut(key)
-            .filter(|c| Arc::ptr_eq(&c.secret, secret))
         {
-            known.used = run;
-            return known.file.clone();
+            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let run = inner.run;
+            if let Some(known) = inner
+                .certificates
+                .get_mut(key)
+                .filter(|c| Arc::ptr_eq(&c.secret, secret))
+            {
+                known.used = run;
+                return known.file.clone();
+            }
         }
+        // Parsed unlocked, as the server slots above.
         let pem = tls::pem_file(key, secret);
         let end = pem.as_ref().ok().and_then(|p| tls::not_after(&p.content));
         let file = (pem, end);
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let run = inner.run;
         inner.certificates.insert(
             key.clone(),
             Certificate {

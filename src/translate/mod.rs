@@ -59,6 +59,12 @@ pub struct TranslateConfig {
     pub errorfiles_config_map: Option<Key>,
     /// `--configmap-tcp-services`: port → `namespace/service:port[:ssl][:proxy]`.
     pub tcp_services_config_map: Option<Key>,
+    /// Threads that translate Ingresses ahead when a run has many to translate (see
+    /// [`crate::parallel`]); 1 translates them all in turn. The output is the same.
+    pub workers: usize,
+    /// How many Ingresses a run must have to translate for the workers to start: threads do
+    /// not pay for the few a run after one change translates.
+    pub translate_ahead_min: usize,
 }
 
 impl Default for TranslateConfig {
@@ -83,6 +89,8 @@ impl Default for TranslateConfig {
             dynamic_cookie_key_secret: None,
             errorfiles_config_map: None,
             tcp_services_config_map: None,
+            workers: crate::parallel::available(),
+            translate_ahead_min: TRANSLATED_AHEAD_MIN,
         }
     }
 }
@@ -272,8 +280,10 @@ pub fn translate<'a>(
         ),
         _ => parts::IngressOrder::new(store.ingresses(), |i| filter.accepts(i)),
     };
+    let mut ahead = t.translate_ahead(&order);
     for (rank, ordered) in order.iter().enumerate() {
-        t.ingress(rank, &ordered.key, &ordered.ingress);
+        let part = ahead.get_mut(rank).and_then(Option::take);
+        t.ingress(rank, &ordered.key, &ordered.ingress, part);
     }
     t.kept.ingress_order = Some(order);
     let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
@@ -300,6 +310,17 @@ pub fn translate<'a>(
     }
     t.tcp_services_config_map();
     t.finish(global)
+}
+
+/// By default, at least this many Ingresses to translate for workers to translate them
+/// ahead: a cold start or a script change, not a run after one change.
+pub const TRANSLATED_AHEAD_MIN: usize = 64;
+
+/// An Ingress translated ahead by a worker, and the operations its hooks used (`None` when
+/// a call was stopped: then it is translated again in turn).
+struct Ahead {
+    part: parts::IngressPart,
+    operations: Option<u64>,
 }
 
 struct Translator<'a> {
@@ -634,10 +655,55 @@ impl<'a> Translator<'a> {
         }
     }
 
+    /// The Ingresses of `order` this run will not take from the last one, translated ahead
+    /// by forks on worker threads when there are enough of them (`translate_ahead_min`), by
+    /// rank.
+    /// Each fork starts with the whole run budget; [`Translator::ingress`] takes its part
+    /// only when the operations it used still fit the run's (then its hooks ran as they would
+    /// have in turn), else translates the Ingress again.
+    fn translate_ahead(&self, order: &parts::IngressOrder) -> Vec<Option<Ahead>> {
+        let to_translate: Vec<(usize, &Key, &Arc<Ingress>)> = order
+            .iter()
+            .enumerate()
+            .filter(|(rank, o)| {
+                self.prior
+                    .and_then(|prior| prior.ingress(*rank, &o.ingress))
+                    .is_none()
+            })
+            .map(|(rank, o)| (rank, &o.key, &o.ingress))
+            .collect();
+        if self.config.workers <= 1 || to_translate.len() < self.config.translate_ahead_min {
+            return Vec::new();
+        }
+        let (store, memo, config, inputs, policy) =
+            (self.store, self.memo, self.config, self.inputs, self.policy);
+        let config_map = &self.config_map;
+        let parts = crate::parallel::map(&to_translate, config.workers, |(rank, key, ingress)| {
+            policy.begin_worker();
+            let before = policy.account();
+            let mut fork = Translator {
+                config_map: config_map.clone(),
+                ..Translator::new(store, memo, config, inputs, policy, None)
+            };
+            fork.ingress_rules(*rank, key, ingress);
+            let operations = policy.account().since(before);
+            Ahead {
+                part: fork.into_ingress_part((*ingress).clone(), *rank, operations.unwrap_or(0)),
+                operations,
+            }
+        });
+        let ranks = to_translate.last().map_or(0, |(rank, _, _)| rank + 1);
+        let mut by_rank: Vec<Option<Ahead>> = std::iter::repeat_with(|| None).take(ranks).collect();
+        for ((rank, _, _), part) in to_translate.iter().zip(parts) {
+            by_rank[*rank] = Some(part);
+        }
+        by_rank
+    }
+
     /// One Ingress: its default backend here, the rest from its part of the last run when it
-    /// is the same object (and the operations its hooks used fit the budget), else
-    /// translated by a fork.
-    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Arc<Ingress>) {
+    /// is the same object (and the operations its hooks used fit the budget), else from
+    /// `ahead` (translated by a worker) when its operations fit, else translated by a fork.
+    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Arc<Ingress>, ahead: Option<Ahead>) {
         if let Some(default) = ingress
             .spec
             .as_ref()
@@ -669,11 +735,19 @@ impl<'a> Translator<'a> {
             }
             None => {
                 self.replaced_ranks.push(rank);
-                let before = self.policy.account();
-                let mut fork = self.fork();
-                fork.ingress_rules(rank, key, ingress);
-                let operations = self.policy.account().since(before);
-                let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+                let ahead = ahead.filter(|a| a.operations.is_some_and(|o| self.policy.charge(o)));
+                let (part, operations) = match ahead {
+                    Some(ahead) => (ahead.part, ahead.operations),
+                    None => {
+                        let before = self.policy.account();
+                        let mut fork = self.fork();
+                        fork.ingress_rules(rank, key, ingress);
+                        let operations = self.policy.account().since(before);
+                        let part =
+                            fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+                        (part, operations)
+                    }
+                };
                 if self.tls_same {
                     self.tls_same = self.contributes_as_before(rank, &part);
                 }

@@ -1,0 +1,152 @@
+//! Workers never change an outcome: a pipeline that translates Ingresses ahead on worker
+//! threads (`portcullis::parallel`) gives exactly what one translating them in turn gives —
+//! the same files, model and diagnostics — on every golden case, on seeded synthetic clusters
+//! before and after changes, and when the run's operation budget runs out part of the way.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use portcullis::cli::{Cli, Command};
+use portcullis::pipeline::{Output, Pipeline};
+use portcullis::policy::PolicyEngine;
+use portcullis::source::files::load_dir;
+use portcullis::store::Store;
+use portcullis::synth::{self, SynthConfig, TlsPem};
+use portcullis::translate::TranslateConfig;
+
+type Summary = (String, Vec<(String, Vec<u8>)>, Vec<String>);
+
+fn summary(out: &Output) -> Summary {
+    (
+        format!("{:?}", out.model),
+        out.rendered
+            .files()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.bytes().into_owned()))
+            .collect(),
+        out.diagnostics.iter().map(ToString::to_string).collect(),
+    )
+}
+
+/// `config` with one worker (every Ingress in turn), or four that start at one Ingress.
+fn with_workers(config: &TranslateConfig, workers: usize) -> TranslateConfig {
+    TranslateConfig {
+        workers,
+        translate_ahead_min: 1,
+        ..config.clone()
+    }
+}
+
+fn case_config(dir: &Path) -> TranslateConfig {
+    let mut argv: Vec<String> = ["portcullis", "render", "--manifests", "."]
+        .map(String::from)
+        .to_vec();
+    if let Ok(text) = std::fs::read_to_string(dir.join("flags")) {
+        argv.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    let Command::Render(args) = Cli::try_parse_from(&argv).unwrap().command else {
+        panic!("not render");
+    };
+    args.pipeline.translate_config()
+}
+
+fn golden_cases() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    cases.sort();
+    cases
+}
+
+#[test]
+fn workers_give_what_one_thread_gives_on_every_golden_case() {
+    let cases = golden_cases();
+    assert!(cases.len() >= 15);
+    for dir in &cases {
+        let store = Store::from_objects(load_dir(dir).unwrap().objects);
+        let config = case_config(dir);
+        let alone = Pipeline::load(None, None, with_workers(&config, 1)).unwrap();
+        let workers = Pipeline::load(None, None, with_workers(&config, 4)).unwrap();
+        assert_eq!(
+            summary(&workers.run(&store).unwrap()),
+            summary(&alone.run(&store).unwrap()),
+            "{}",
+            dir.display()
+        );
+    }
+}
+
+fn tls_synth(seed: u64, ingresses: usize) -> SynthConfig {
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    SynthConfig {
+        tls: Some(TlsPem {
+            cert: std::fs::read_to_string(tls.join("ec.crt")).unwrap(),
+            key: std::fs::read_to_string(tls.join("ec.key")).unwrap(),
+        }),
+        ..SynthConfig::new(seed, ingresses, 3)
+    }
+}
+
+#[test]
+fn workers_give_what_one_thread_gives_on_synthetic_clusters_and_after_changes() {
+    let config = TranslateConfig {
+        watch_ingress_without_class: true,
+        ..TranslateConfig::default()
+    };
+    for seed in [1, 2] {
+        let synth_config = tls_synth(seed, 200);
+        let mut store = Store::from_objects(synth::generate(&synth_config).unwrap().objects);
+        let alone = Pipeline::load(None, None, with_workers(&config, 1)).unwrap();
+        let workers = Pipeline::load(None, None, with_workers(&config, 4)).unwrap();
+        let check = |store: &Store, what: &str| {
+            assert_eq!(
+                summary(&workers.run(store).unwrap()),
+                summary(&alone.run(store).unwrap()),
+                "seed {seed}: {what}"
+            );
+        };
+        check(&store, "cold");
+        for round in 1..4_u64 {
+            for i in [7, 70, 140 + usize::try_from(round).unwrap()] {
+                store.upsert(synth::changed_ingress(&synth_config, i, round).unwrap());
+            }
+            check(&store, &format!("Ingress changes, round {round}"));
+        }
+    }
+}
+
+#[test]
+fn workers_give_what_one_thread_gives_when_the_run_budget_runs_out() {
+    let config = TranslateConfig {
+        watch_ingress_without_class: true,
+        ..TranslateConfig::default()
+    };
+    let synth_config = tls_synth(3, 120);
+    let store = Store::from_objects(synth::generate(&synth_config).unwrap().objects);
+    // What a whole run uses, counted on this thread (workers' operations are charged here).
+    let counter = Pipeline::load(None, None, with_workers(&config, 1)).unwrap();
+    counter.run(&store).unwrap();
+    let whole = counter.policy.account().operations;
+    assert!(whole > 1000, "{whole}");
+    let budgeted = |workers: usize| {
+        let mut pipeline = Pipeline::load(None, None, with_workers(&config, workers)).unwrap();
+        pipeline.policy = PolicyEngine::load(None).unwrap().with_run_budget(whole / 2);
+        summary(&pipeline.run(&store).unwrap())
+    };
+    let alone = budgeted(1);
+    assert!(
+        alone.2.iter().any(|d| d.contains("budget")),
+        "the budget ran out: {:?}",
+        alone.2
+    );
+    assert_eq!(budgeted(4), alone);
+}
