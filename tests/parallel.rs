@@ -137,16 +137,22 @@ fn workers_give_what_one_thread_gives_when_the_run_budget_runs_out() {
     counter.run(&store).unwrap();
     let whole = counter.policy.account().operations;
     assert!(whole > 1000, "{whole}");
-    let budgeted = |workers: usize| {
-        let mut pipeline = Pipeline::load(None, None, with_workers(&config, workers)).unwrap();
-        pipeline.policy = PolicyEngine::load(None).unwrap().with_run_budget(whole / 2);
-        summary(&pipeline.run(&store).unwrap())
-    };
-    let alone = budgeted(1);
-    assert!(
-        alone.2.iter().any(|d| d.contains("budget")),
-        "the budget ran out: {:?}",
-        alone.2
-    );
-    assert_eq!(budgeted(4), alone);
+    // Out among the Ingresses, and among the backends (assembled after them).
+    for (budget, out_at) in [(whole / 2, "route()"), (whole - whole / 20, "backend()")] {
+        let budgeted = |workers: usize| {
+            let mut pipeline = Pipeline::load(None, None, with_workers(&config, workers)).unwrap();
+            pipeline.policy = PolicyEngine::load(None).unwrap().with_run_budget(budget);
+            summary(&pipeline.run(&store).unwrap())
+        };
+        let alone = budgeted(1);
+        assert!(
+            alone
+                .2
+                .iter()
+                .any(|d| d.contains("budget") && d.contains(out_at)),
+            "the budget of {budget} ran out in {out_at}: {:?}",
+            alone.2
+        );
+        assert_eq!(budgeted(4), alone, "budget {budget} of {whole}");
+    }
 }

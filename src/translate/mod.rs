@@ -1384,24 +1384,80 @@ impl<'a> Translator<'a> {
         };
         let registrations = order.with_directs(ingress_parts, &directs);
         self.kept.registrations = Some(order);
-        let mut backends = Vec::with_capacity(registrations.len());
-        for group in registrations.chunk_by(|a, b| a.0 == b.0 && a.1.name == b.1.name) {
-            let part = match group {
-                [(_, only)] => self.backend_part(only),
-                [(_, first), rest @ ..] => self.backend_part(&Arc::new(
-                    parts::Registration::merged(first, rest.iter().map(|(_, r)| &***r)),
-                )),
-                [] => continue,
-            };
-            backends.push(part.backend.clone());
-        }
-        backends
+        let builds: Vec<Arc<parts::Registration>> = registrations
+            .chunk_by(|a, b| a.0 == b.0 && a.1.name == b.1.name)
+            .filter_map(|group| match group {
+                [(_, only)] => Some(Arc::clone(only)),
+                [(_, first), rest @ ..] => Some(Arc::new(parts::Registration::merged(
+                    first,
+                    rest.iter().map(|(_, r)| &***r),
+                ))),
+                [] => None,
+            })
+            .collect();
+        // A run that takes nothing from the last one (a cold start, a script change)
+        // assembles every backend: workers assemble them ahead, as the Ingresses.
+        let workers = self.config.workers;
+        let mut ahead = if self.prior.is_none()
+            && workers > 1
+            && builds.len() >= self.config.translate_ahead_min
+        {
+            let this = &*self;
+            crate::parallel::map(&builds, workers, |build| {
+                this.policy.begin_worker();
+                Some(this.assemble_backend(build))
+            })
+        } else {
+            Vec::new()
+        };
+        builds
+            .iter()
+            .enumerate()
+            .map(|(i, build)| {
+                let ahead = ahead.get_mut(i).and_then(Option::take);
+                self.backend_part(build, ahead).backend.clone()
+            })
+            .collect()
+    }
+
+    /// A backend part assembled by a fork, and the operations its hook used (`None` when a
+    /// call was stopped).
+    fn assemble_backend(
+        &self,
+        build: &Arc<parts::Registration>,
+    ) -> (parts::BackendPart, Option<u64>) {
+        let before = self.policy.account();
+        let mut fork = self.fork();
+        let mut backend = fork.backend(build.name.clone(), build.to_build());
+        let service = ObjectRef::new(Kind::Service, &build.service);
+        tls_edge::resolve_server_tls(
+            &mut backend.settings,
+            fork.store,
+            &service,
+            &mut fork.diags,
+            &mut fork.static_files,
+        );
+        let operations = self.policy.account().since(before);
+        let part = parts::BackendPart {
+            build: build.clone(),
+            backend: Arc::new(backend),
+            diagnostics: fork.diags.into_sorted(),
+            static_files: fork.static_files.into_iter().collect(),
+            follows_endpoints: !fork.reuse.endpoint_users.is_empty(),
+            operations: operations.unwrap_or(0),
+        };
+        (part, operations)
     }
 
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
-    /// and its endpoints did not move (and its hook's operations fit the budget), else
-    /// assembled by a fork. Taken into this run's state either way.
-    fn backend_part(&mut self, build: &Arc<parts::Registration>) -> Arc<parts::BackendPart> {
+    /// and its endpoints did not move (and its hook's operations fit the budget), else the
+    /// one assembled `ahead` by a worker when its operations fit, else assembled by a fork.
+    /// Taken into this run's state either way.
+    fn backend_part(
+        &mut self,
+        build: &Arc<parts::Registration>,
+        ahead: Option<(parts::BackendPart, Option<u64>)>,
+    ) -> Arc<parts::BackendPart> {
         let name = build.name.as_str();
         let taken = self
             .prior
@@ -1414,26 +1470,8 @@ impl<'a> Translator<'a> {
                 (part, true)
             }
             None => {
-                let before = self.policy.account();
-                let mut fork = self.fork();
-                let mut backend = fork.backend(name.to_string(), build.to_build());
-                let service = ObjectRef::new(Kind::Service, &build.service);
-                tls_edge::resolve_server_tls(
-                    &mut backend.settings,
-                    fork.store,
-                    &service,
-                    &mut fork.diags,
-                    &mut fork.static_files,
-                );
-                let operations = self.policy.account().since(before);
-                let part = parts::BackendPart {
-                    build: build.clone(),
-                    backend: Arc::new(backend),
-                    diagnostics: fork.diags.into_sorted(),
-                    static_files: fork.static_files.into_iter().collect(),
-                    follows_endpoints: !fork.reuse.endpoint_users.is_empty(),
-                    operations: operations.unwrap_or(0),
-                };
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
+                let (part, operations) = ahead.unwrap_or_else(|| self.assemble_backend(build));
                 (Arc::new(part), operations.is_some())
             }
         };
