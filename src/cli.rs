@@ -419,8 +419,7 @@ impl PipelineArgs {
             dynamic_cookie_key_secret: self.dynamic_cookie_key_secret.clone(),
             errorfiles_config_map: self.configmap_errorfiles.clone(),
             tcp_services_config_map: self.configmap_tcp_services.clone(),
-            workers: crate::parallel::available(),
-            translate_ahead_min: crate::translate::TRANSLATED_AHEAD_MIN,
+            workers: crate::parallel::Workers::default(),
         }
     }
 }

@@ -81,7 +81,8 @@ impl Pipeline {
         config: TranslateConfig,
     ) -> Result<Self, LoadError> {
         let policy = PolicyEngine::load(scripts_dir).map_err(LoadError::Scripts)?;
-        let renderer = Renderer::load(templates_dir).map_err(LoadError::Templates)?;
+        let mut renderer = Renderer::load(templates_dir).map_err(LoadError::Templates)?;
+        renderer.set_workers(config.workers);
         Ok(Self {
             policy,
             renderer,

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use portcullis::cli::{Cli, Command};
+use portcullis::parallel::Workers;
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::policy::PolicyEngine;
 use portcullis::source::files::load_dir;
@@ -29,11 +30,13 @@ fn summary(out: &Output) -> Summary {
     )
 }
 
-/// `config` with one worker (every Ingress in turn), or four that start at one Ingress.
-fn with_workers(config: &TranslateConfig, workers: usize) -> TranslateConfig {
+/// `config` with one thread (every item in turn), or `threads` that start at one item.
+fn with_workers(config: &TranslateConfig, threads: usize) -> TranslateConfig {
     TranslateConfig {
-        workers,
-        translate_ahead_min: 1,
+        workers: Workers {
+            threads,
+            min_items: 1,
+        },
         ..config.clone()
     }
 }

@@ -107,20 +107,74 @@ impl Fragments {
         texts.push(Remembered { reads, text, used });
     }
 
-    fn fingerprint(&mut self, backend: &Arc<Backend>) -> u128 {
+    /// The fingerprint of `backend` when it is known by its address; noted as used.
+    fn known_fingerprint(&mut self, backend: &Arc<Backend>) -> Option<u128> {
         let render = self.render;
         let address = Arc::as_ptr(backend) as usize;
-        if let Some((_, fp, used)) = self.fingerprints.get_mut(&address) {
-            *used = render;
-            return *fp;
-        }
-        let mut h = Fingerprint::new();
-        h.add_serialized(&**backend);
-        let fp = h.finish();
-        self.fingerprints
-            .insert(address, (backend.clone(), fp, render));
-        fp
+        let (_, fp, used) = self.fingerprints.get_mut(&address)?;
+        *used = render;
+        Some(*fp)
     }
+
+    fn note_fingerprint(&mut self, backend: &Arc<Backend>, fp: u128) {
+        let address = Arc::as_ptr(backend) as usize;
+        self.fingerprints
+            .insert(address, (backend.clone(), fp, self.render));
+    }
+}
+
+/// The fingerprint of `backend`'s content, computed outside the lock (a serialization of
+/// its servers: the workers of [`render_ahead`] make thousands at once).
+fn fingerprint(fragments: &Mutex<Fragments>, backend: &Arc<Backend>) -> Option<u128> {
+    if let Some(fp) = fragments.lock().ok()?.known_fingerprint(backend) {
+        return Some(fp);
+    }
+    let mut h = Fingerprint::new();
+    h.add_serialized(&**backend);
+    let fp = h.finish();
+    fragments.lock().ok()?.note_fingerprint(backend, fp);
+    Some(fp)
+}
+
+/// Whether a text is remembered for `backend` (known by its address) for some model.
+fn has_text(f: &Fragments, backend: &Arc<Backend>) -> bool {
+    let address = Arc::as_ptr(backend) as usize;
+    f.fingerprints
+        .get(&address)
+        .is_some_and(|(_, fp, _)| f.texts.contains_key(fp))
+}
+
+/// By default, at least this many sections without a remembered text for worker threads to
+/// render them ahead (see [`render_ahead`]).
+pub(crate) const SECTIONS_AHEAD_MIN: usize = 64;
+
+/// Renders ahead, on worker threads, the sections of the backends of `model` that have no
+/// text remembered, and remembers them: a full render then prints them from memory. Each
+/// worker renders with its own view of `model`, so what each section read is noted as in a
+/// render of its own; the render checks those reads against its own view as it does for
+/// any remembered text. Failures are left to the render, which reports them.
+pub(crate) fn render_ahead(
+    env: &Environment<'_>,
+    fragments: &Mutex<Fragments>,
+    model: &Model,
+    files: &Value,
+    workers: crate::parallel::Workers,
+) {
+    let missing: Vec<&Arc<Backend>> = match fragments.lock() {
+        Ok(f) => model.backends.iter().filter(|b| !has_text(&f, b)).collect(),
+        Err(_) => return,
+    };
+    if !workers.spread(missing.len()) {
+        return;
+    }
+    crate::parallel::map_with(
+        &missing,
+        workers,
+        || ModelView::value(model, &Arc::new(AtomicBool::new(false))),
+        |view, backend| {
+            let _ = section_text(env, fragments, view, files, backend);
+        },
+    );
 }
 
 /// A section text, and what else than its backend it depends on.
@@ -372,14 +426,19 @@ fn section_text(
     // Only the model as the render gives it can say what a section read.
     let view = model.downcast_object_ref::<ModelView>();
     let mut fp = None;
-    if let (Some(view), Ok(mut f)) = (view, fragments.lock()) {
-        let backend_fp = f.fingerprint(backend);
-        if let Some((text, reads)) = f.remembered(backend_fp, |name| view.fingerprint(name)) {
-            // What its render read counts as read by this one, which printed it.
-            view.note_reads(&reads);
-            return Ok(text);
+    if let Some(view) = view {
+        if let Some(backend_fp) = fingerprint(fragments, backend) {
+            let remembered = fragments
+                .lock()
+                .ok()
+                .and_then(|mut f| f.remembered(backend_fp, |name| view.fingerprint(name)));
+            if let Some((text, reads)) = remembered {
+                // What its render read counts as read by this one, which printed it.
+                view.note_reads(&reads);
+                return Ok(text);
+            }
+            fp = Some(backend_fp);
         }
-        fp = Some(backend_fp);
     }
     let ctx = minijinja::context! {
         model => model.clone(),

@@ -149,6 +149,8 @@ pub struct Renderer {
     fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
     /// Where the sections sit in the last renderings, for [`Renderer::render_patched`].
     layouts: std::sync::Mutex<std::collections::VecDeque<fragments::Layout>>,
+    /// Threads that render sections ahead of a full render (see [`fragments::render_ahead`]).
+    workers: crate::parallel::Workers,
 }
 
 impl Renderer {
@@ -198,10 +200,20 @@ impl Renderer {
                 last_config: std::sync::Mutex::new(None),
                 fragments,
                 layouts: std::sync::Mutex::default(),
+                workers: crate::parallel::Workers {
+                    min_items: fragments::SECTIONS_AHEAD_MIN,
+                    ..crate::parallel::Workers::default()
+                },
             })
         } else {
             Err(errors)
         }
+    }
+
+    /// Sets how many threads render sections ahead of a full render, from how many
+    /// sections. The output is the same for any.
+    pub fn set_workers(&mut self, workers: crate::parallel::Workers) {
+        self.workers = workers;
     }
 
     /// Unique to this renderer in the process: the same id, the same templates.
@@ -332,7 +344,14 @@ impl Renderer {
             .get_template(ENTRY_TEMPLATE)
             .map_err(|e| self.render_error(&e))?;
         let files_value = fragments::to_value(&FILES);
-        let (ctx, scope) = fragments::begin_render(&self.fragments, model, files_value);
+        let (ctx, scope) = fragments::begin_render(&self.fragments, model, files_value.clone());
+        fragments::render_ahead(
+            &self.env,
+            &self.fragments,
+            model,
+            &files_value,
+            self.workers,
+        );
         let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
         let (cfg, layout) = fragments::finish_render(&raw, &scope, &ctx).map_err(|message| {
             RenderError::TemplateRender {
@@ -870,10 +889,18 @@ mod tests {
         ] {
             let site = site_backend_template(extra);
             let warm = Renderer::load(Some(site.path())).unwrap();
+            // Sections rendered ahead by worker threads, each with a view of its own.
+            let mut ahead = Renderer::load(Some(site.path())).unwrap();
+            ahead.set_workers(crate::parallel::Workers {
+                threads: 3,
+                min_items: 1,
+            });
             for model in models {
-                let fresh = Renderer::load(Some(site.path())).unwrap();
+                let mut fresh = Renderer::load(Some(site.path())).unwrap();
+                fresh.set_workers(crate::parallel::Workers::ONE);
                 let expected = fresh.render(model).unwrap();
                 assert_eq!(warm.render(model).unwrap(), expected, "{extra}");
+                assert_eq!(ahead.render(model).unwrap(), expected, "{extra}, ahead");
                 let cfg = expected.haproxy_cfg();
                 assert!(cfg.lines().any(|l| l.starts_with("# ")), "{extra}");
             }

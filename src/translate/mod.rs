@@ -59,12 +59,9 @@ pub struct TranslateConfig {
     pub errorfiles_config_map: Option<Key>,
     /// `--configmap-tcp-services`: port → `namespace/service:port[:ssl][:proxy]`.
     pub tcp_services_config_map: Option<Key>,
-    /// Threads that translate Ingresses ahead when a run has many to translate (see
-    /// [`crate::parallel`]); 1 translates them all in turn. The output is the same.
-    pub workers: usize,
-    /// How many Ingresses a run must have to translate for the workers to start: threads do
-    /// not pay for the few a run after one change translates.
-    pub translate_ahead_min: usize,
+    /// Threads that translate Ingresses and assemble backends ahead when a run has many
+    /// (see [`crate::parallel`]). The output is the same for any.
+    pub workers: crate::parallel::Workers,
 }
 
 impl Default for TranslateConfig {
@@ -89,8 +86,7 @@ impl Default for TranslateConfig {
             dynamic_cookie_key_secret: None,
             errorfiles_config_map: None,
             tcp_services_config_map: None,
-            workers: crate::parallel::available(),
-            translate_ahead_min: TRANSLATED_AHEAD_MIN,
+            workers: crate::parallel::Workers::default(),
         }
     }
 }
@@ -311,10 +307,6 @@ pub fn translate<'a>(
     t.tcp_services_config_map();
     t.finish(global)
 }
-
-/// By default, at least this many Ingresses to translate for workers to translate them
-/// ahead: a cold start or a script change, not a run after one change.
-pub const TRANSLATED_AHEAD_MIN: usize = 64;
 
 /// An Ingress translated ahead by a worker, and the operations its hooks used (`None` when
 /// a call was stopped: then it is translated again in turn).
@@ -656,8 +648,7 @@ impl<'a> Translator<'a> {
     }
 
     /// The Ingresses of `order` this run will not take from the last one, translated ahead
-    /// by forks on worker threads when there are enough of them (`translate_ahead_min`), by
-    /// rank.
+    /// by forks on worker threads when there are enough of them (`config.workers`), by rank.
     /// Each fork starts with the whole run budget; [`Translator::ingress`] takes its part
     /// only when the operations it used still fit the run's (then its hooks ran as they would
     /// have in turn), else translates the Ingress again.
@@ -672,7 +663,7 @@ impl<'a> Translator<'a> {
             })
             .map(|(rank, o)| (rank, &o.key, &o.ingress))
             .collect();
-        if self.config.workers <= 1 || to_translate.len() < self.config.translate_ahead_min {
+        if !self.config.workers.spread(to_translate.len()) {
             return Vec::new();
         }
         let (store, memo, config, inputs, policy) =
@@ -1398,10 +1389,7 @@ impl<'a> Translator<'a> {
         // A run that takes nothing from the last one (a cold start, a script change)
         // assembles every backend: workers assemble them ahead, as the Ingresses.
         let workers = self.config.workers;
-        let mut ahead = if self.prior.is_none()
-            && workers > 1
-            && builds.len() >= self.config.translate_ahead_min
-        {
+        let mut ahead = if self.prior.is_none() && workers.spread(builds.len()) {
             let this = &*self;
             crate::parallel::map(&builds, workers, |build| {
                 this.policy.begin_worker();
