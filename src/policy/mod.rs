@@ -324,11 +324,18 @@ impl PolicyEngine {
         RUN_BUDGET.with(|b| b.set(self.run_budget));
     }
 
-    /// Starts the work of one item on a worker thread of a run (see [`crate::parallel`]): the
-    /// whole run budget, which the run charges again when it takes the result.
-    pub fn begin_worker(&self) {
-        RUN_OPERATIONS.with(|r| r.set(0));
-        RUN_BUDGET.with(|b| b.set(self.run_budget));
+    /// Runs `work` (one item done ahead, see [`crate::parallel`]) with the whole run budget,
+    /// which the run charges again when it takes the result; this thread's run account is
+    /// as it was afterwards.
+    pub fn with_whole_budget<T>(&self, work: impl FnOnce() -> T) -> T {
+        let saved = (
+            RUN_OPERATIONS.with(|r| r.replace(0)),
+            RUN_BUDGET.with(|b| b.replace(self.run_budget)),
+        );
+        let out = work();
+        RUN_OPERATIONS.with(|r| r.set(saved.0));
+        RUN_BUDGET.with(|b| b.set(saved.1));
+        out
     }
 
     /// The hook work of the run on this thread so far.
@@ -771,6 +778,20 @@ fn backend(ctx) {
             vec![ValueSource::annotations(obj, Arc::new(values))],
             BTreeMap::new(),
         )
+    }
+
+    #[test]
+    fn work_done_ahead_has_the_whole_budget_and_leaves_the_account_as_it_was() {
+        let engine = PolicyEngine::compile(vec![]).unwrap().with_run_budget(1000);
+        engine.begin_run();
+        assert!(engine.charge(300));
+        let inside = engine.with_whole_budget(|| {
+            let fresh = engine.account().operations;
+            (fresh, engine.charge(900), engine.charge(200))
+        });
+        assert_eq!(inside, (0, true, false));
+        assert_eq!(engine.account().operations, 300);
+        assert!(!engine.charge(800));
     }
 
     #[test]

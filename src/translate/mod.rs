@@ -653,6 +653,13 @@ impl<'a> Translator<'a> {
     /// only when the operations it used still fit the run's (then its hooks ran as they would
     /// have in turn), else translates the Ingress again.
     fn translate_ahead(&self, order: &parts::IngressOrder) -> Vec<Option<Ahead>> {
+        // Only the changed Ingresses are not in the last run's parts: most runs stop here.
+        let at_most = self
+            .prior
+            .map_or(usize::MAX, |prior| prior.changed_ingresses.len());
+        if !self.config.workers.spread(at_most) {
+            return Vec::new();
+        }
         let to_translate: Vec<(usize, &Key, &Arc<Ingress>)> = order
             .iter()
             .enumerate()
@@ -670,18 +677,18 @@ impl<'a> Translator<'a> {
             (self.store, self.memo, self.config, self.inputs, self.policy);
         let config_map = &self.config_map;
         let parts = crate::parallel::map(&to_translate, config.workers, |(rank, key, ingress)| {
-            policy.begin_worker();
-            let before = policy.account();
-            let mut fork = Translator {
-                config_map: config_map.clone(),
-                ..Translator::new(store, memo, config, inputs, policy, None)
-            };
-            fork.ingress_rules(*rank, key, ingress);
-            let operations = policy.account().since(before);
-            Ahead {
-                part: fork.into_ingress_part((*ingress).clone(), *rank, operations.unwrap_or(0)),
-                operations,
-            }
+            policy.with_whole_budget(|| {
+                let before = policy.account();
+                let mut fork = Translator {
+                    config_map: config_map.clone(),
+                    ..Translator::new(store, memo, config, inputs, policy, None)
+                };
+                fork.ingress_rules(*rank, key, ingress);
+                let operations = policy.account().since(before);
+                let part =
+                    fork.into_ingress_part((*ingress).clone(), *rank, operations.unwrap_or(0));
+                Ahead { part, operations }
+            })
         });
         let ranks = to_translate.last().map_or(0, |(rank, _, _)| rank + 1);
         let mut by_rank: Vec<Option<Ahead>> = std::iter::repeat_with(|| None).take(ranks).collect();
@@ -1375,37 +1382,36 @@ impl<'a> Translator<'a> {
         };
         let registrations = order.with_directs(ingress_parts, &directs);
         self.kept.registrations = Some(order);
-        let builds: Vec<Arc<parts::Registration>> = registrations
+        let builds = registrations
             .chunk_by(|a, b| a.0 == b.0 && a.1.name == b.1.name)
             .filter_map(|group| match group {
-                [(_, only)] => Some(Arc::clone(only)),
-                [(_, first), rest @ ..] => Some(Arc::new(parts::Registration::merged(
-                    first,
-                    rest.iter().map(|(_, r)| &***r),
+                [(_, only)] => Some(std::borrow::Cow::Borrowed(*only)),
+                [(_, first), rest @ ..] => Some(std::borrow::Cow::Owned(Arc::new(
+                    parts::Registration::merged(first, rest.iter().map(|(_, r)| &***r)),
                 ))),
                 [] => None,
-            })
-            .collect();
+            });
         // A run that takes nothing from the last one (a cold start, a script change)
         // assembles every backend: workers assemble them ahead, as the Ingresses.
         let workers = self.config.workers;
-        let mut ahead = if self.prior.is_none() && workers.spread(builds.len()) {
+        if self.prior.is_none() && workers.spread(registrations.len()) {
+            let builds: Vec<_> = builds.collect();
             let this = &*self;
-            crate::parallel::map(&builds, workers, |build| {
-                this.policy.begin_worker();
-                Some(this.assemble_backend(build))
-            })
-        } else {
-            Vec::new()
-        };
-        builds
-            .iter()
-            .enumerate()
-            .map(|(i, build)| {
-                let ahead = ahead.get_mut(i).and_then(Option::take);
-                self.backend_part(build, ahead).backend.clone()
-            })
-            .collect()
+            let ahead = crate::parallel::map(&builds, workers, |build| {
+                this.policy
+                    .with_whole_budget(|| this.assemble_backend(build))
+            });
+            return builds
+                .iter()
+                .zip(ahead)
+                .map(|(build, ahead)| self.backend_part(build, Some(ahead)).backend.clone())
+                .collect();
+        }
+        let mut backends = Vec::with_capacity(registrations.len());
+        for build in builds {
+            backends.push(self.backend_part(&build, None).backend.clone());
+        }
+        backends
     }
 
     /// A backend part assembled by a fork, and the operations its hook used (`None` when a
