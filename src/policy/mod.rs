@@ -34,7 +34,8 @@ pub const MAX_CALL_TIME: std::time::Duration = std::time::Duration::from_secs(1)
 
 thread_local! {
     /// When the hook call running on this thread started, and how many operations it has
-    /// used; read by the engine's progress callback. A pipeline run is one thread.
+    /// used; read by the engine's progress callback. A pipeline run is one thread, besides
+    /// the work its workers do ahead (`PolicyEngine::with_whole_budget`).
     static CALL: std::cell::Cell<(Option<std::time::Instant>, u64)> =
         const { std::cell::Cell::new((None, 0)) };
     /// Operations used by the pipeline run on this thread so far, and its budget.
