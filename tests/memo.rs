@@ -4,11 +4,9 @@
 //! settings and `ctx.warn`) and for seeded synthetic clusters before and after a change.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Parser;
 use k8s_openapi::api::networking::v1::Ingress;
-use portcullis::cli::{Cli, Command};
 use portcullis::objects::{Kind, Object};
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::source::files::load_dir;
@@ -16,51 +14,9 @@ use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig};
 use portcullis::translate::TranslateConfig;
 
-/// Everything a run decides, comparable: the model, the files, the diagnostics.
-type Summary = (String, Vec<(String, Vec<u8>)>, Vec<String>);
-
-fn summary(out: &Output) -> Summary {
-    (
-        format!("{:?}", out.model),
-        out.rendered
-            .files()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.bytes().into_owned()))
-            .collect(),
-        out.diagnostics.iter().map(ToString::to_string).collect(),
-    )
-}
-
-/// The translation settings of a golden case (its `flags` file).
-fn case_config(dir: &Path) -> TranslateConfig {
-    let mut argv: Vec<String> = ["portcullis", "render", "--manifests", "."]
-        .map(String::from)
-        .to_vec();
-    if let Ok(text) = std::fs::read_to_string(dir.join("flags")) {
-        argv.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(String::from),
-        );
-    }
-    let Command::Render(args) = Cli::try_parse_from(&argv).unwrap().command else {
-        panic!("not render");
-    };
-    args.pipeline.translate_config()
-}
-
-/// The golden cases' directories, in order.
-fn golden_cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
-    cases
-}
+#[path = "support/golden.rs"]
+mod golden;
+use golden::{Summary, case_config, golden_cases, summary};
 
 #[test]
 fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {

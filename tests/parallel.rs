@@ -4,31 +4,19 @@
 //! before and after changes, and when the run's operation budget runs out part of the way.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use clap::Parser;
-use portcullis::cli::{Cli, Command};
 use portcullis::parallel::Workers;
-use portcullis::pipeline::{Output, Pipeline};
+use portcullis::pipeline::Pipeline;
 use portcullis::policy::PolicyEngine;
 use portcullis::source::files::load_dir;
 use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig, TlsPem};
 use portcullis::translate::TranslateConfig;
 
-type Summary = (String, Vec<(String, Vec<u8>)>, Vec<String>);
-
-fn summary(out: &Output) -> Summary {
-    (
-        format!("{:?}", out.model),
-        out.rendered
-            .files()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.bytes().into_owned()))
-            .collect(),
-        out.diagnostics.iter().map(ToString::to_string).collect(),
-    )
-}
+#[path = "support/golden.rs"]
+mod golden;
+use golden::{case_config, golden_cases, summary};
 
 /// `config` with one thread (every item in turn), or `threads` that start at one item.
 fn with_workers(config: &TranslateConfig, threads: usize) -> TranslateConfig {
@@ -39,35 +27,6 @@ fn with_workers(config: &TranslateConfig, threads: usize) -> TranslateConfig {
         },
         ..config.clone()
     }
-}
-
-fn case_config(dir: &Path) -> TranslateConfig {
-    let mut argv: Vec<String> = ["portcullis", "render", "--manifests", "."]
-        .map(String::from)
-        .to_vec();
-    if let Ok(text) = std::fs::read_to_string(dir.join("flags")) {
-        argv.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(String::from),
-        );
-    }
-    let Command::Render(args) = Cli::try_parse_from(&argv).unwrap().command else {
-        panic!("not render");
-    };
-    args.pipeline.translate_config()
-}
-
-fn golden_cases() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
-    cases
 }
 
 #[test]
