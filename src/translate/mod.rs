@@ -308,12 +308,9 @@ pub fn translate<'a>(
     t.finish(global)
 }
 
-/// An Ingress translated ahead by a worker, and the operations its hooks used (`None` when
-/// a call was stopped: then it is translated again in turn).
-struct Ahead {
-    part: parts::IngressPart,
-    operations: Option<u64>,
-}
+/// A part made by a fork, and the operations its hooks used (`None` when a call was
+/// stopped: then the part is not kept, and one made ahead by a worker is made again).
+type Forked<P> = (P, Option<u64>);
 
 struct Translator<'a> {
     store: &'a Store,
@@ -652,7 +649,10 @@ impl<'a> Translator<'a> {
     /// Each fork starts with the whole run budget; [`Translator::ingress`] takes its part
     /// only when the operations it used still fit the run's (then its hooks ran as they would
     /// have in turn), else translates the Ingress again.
-    fn translate_ahead(&self, order: &parts::IngressOrder) -> Vec<Option<Ahead>> {
+    fn translate_ahead(
+        &self,
+        order: &parts::IngressOrder,
+    ) -> Vec<Option<Forked<parts::IngressPart>>> {
         // Only the changed Ingresses are not in the last run's parts: most runs stop here.
         let at_most = self
             .prior
@@ -673,25 +673,13 @@ impl<'a> Translator<'a> {
         if !self.config.workers.spread(to_translate.len()) {
             return Vec::new();
         }
-        let (store, memo, config, inputs, policy) =
-            (self.store, self.memo, self.config, self.inputs, self.policy);
-        let config_map = &self.config_map;
-        let parts = crate::parallel::map(&to_translate, config.workers, |(rank, key, ingress)| {
-            policy.with_whole_budget(|| {
-                let before = policy.account();
-                let mut fork = Translator {
-                    config_map: config_map.clone(),
-                    ..Translator::new(store, memo, config, inputs, policy, None)
-                };
-                fork.ingress_rules(*rank, key, ingress);
-                let operations = policy.account().since(before);
-                let part =
-                    fork.into_ingress_part((*ingress).clone(), *rank, operations.unwrap_or(0));
-                Ahead { part, operations }
-            })
+        let parts = crate::parallel::map(&to_translate, self.config.workers, |(rank, key, i)| {
+            self.policy
+                .with_whole_budget(|| self.translate_ingress(*rank, key, i))
         });
         let ranks = to_translate.last().map_or(0, |(rank, _, _)| rank + 1);
-        let mut by_rank: Vec<Option<Ahead>> = std::iter::repeat_with(|| None).take(ranks).collect();
+        let mut by_rank: Vec<Option<Forked<parts::IngressPart>>> =
+            std::iter::repeat_with(|| None).take(ranks).collect();
         for ((rank, _, _), part) in to_translate.iter().zip(parts) {
             by_rank[*rank] = Some(part);
         }
@@ -701,7 +689,13 @@ impl<'a> Translator<'a> {
     /// One Ingress: its default backend here, the rest from its part of the last run when it
     /// is the same object (and the operations its hooks used fit the budget), else from
     /// `ahead` (translated by a worker) when its operations fit, else translated by a fork.
-    fn ingress(&mut self, rank: usize, key: &Key, ingress: &Arc<Ingress>, ahead: Option<Ahead>) {
+    fn ingress(
+        &mut self,
+        rank: usize,
+        key: &Key,
+        ingress: &Arc<Ingress>,
+        ahead: Option<Forked<parts::IngressPart>>,
+    ) {
         if let Some(default) = ingress
             .spec
             .as_ref()
@@ -733,19 +727,9 @@ impl<'a> Translator<'a> {
             }
             None => {
                 self.replaced_ranks.push(rank);
-                let ahead = ahead.filter(|a| a.operations.is_some_and(|o| self.policy.charge(o)));
-                let (part, operations) = match ahead {
-                    Some(ahead) => (ahead.part, ahead.operations),
-                    None => {
-                        let before = self.policy.account();
-                        let mut fork = self.fork();
-                        fork.ingress_rules(rank, key, ingress);
-                        let operations = self.policy.account().since(before);
-                        let part =
-                            fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
-                        (part, operations)
-                    }
-                };
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
+                let (part, operations) =
+                    ahead.unwrap_or_else(|| self.translate_ingress(rank, key, ingress));
                 if self.tls_same {
                     self.tls_same = self.contributes_as_before(rank, &part);
                 }
@@ -756,6 +740,21 @@ impl<'a> Translator<'a> {
         debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
         self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
+    }
+
+    /// An Ingress' part, translated by a fork.
+    fn translate_ingress(
+        &self,
+        rank: usize,
+        key: &Key,
+        ingress: &Arc<Ingress>,
+    ) -> Forked<parts::IngressPart> {
+        let before = self.policy.account();
+        let mut fork = self.fork();
+        fork.ingress_rules(rank, key, ingress);
+        let operations = self.policy.account().since(before);
+        let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+        (part, operations)
     }
 
     /// Whether the new `part` at `rank` contributes to the HTTPS side what the last run's
@@ -1414,12 +1413,8 @@ impl<'a> Translator<'a> {
         backends
     }
 
-    /// A backend part assembled by a fork, and the operations its hook used (`None` when a
-    /// call was stopped).
-    fn assemble_backend(
-        &self,
-        build: &Arc<parts::Registration>,
-    ) -> (parts::BackendPart, Option<u64>) {
+    /// A backend part, assembled by a fork.
+    fn assemble_backend(&self, build: &Arc<parts::Registration>) -> Forked<parts::BackendPart> {
         let before = self.policy.account();
         let mut fork = self.fork();
         let mut backend = fork.backend(build.name.clone(), build.to_build());
@@ -1450,7 +1445,7 @@ impl<'a> Translator<'a> {
     fn backend_part(
         &mut self,
         build: &Arc<parts::Registration>,
-        ahead: Option<(parts::BackendPart, Option<u64>)>,
+        ahead: Option<Forked<parts::BackendPart>>,
     ) -> Arc<parts::BackendPart> {
         let name = build.name.as_str();
         let taken = self
