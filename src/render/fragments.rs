@@ -144,10 +144,6 @@ fn has_text(f: &Fragments, backend: &Arc<Backend>) -> bool {
         .is_some_and(|(_, fp, _)| f.texts.contains_key(fp))
 }
 
-/// By default, at least this many sections without a remembered text for worker threads to
-/// render them ahead (see [`render_ahead`]).
-pub(crate) const SECTIONS_AHEAD_MIN: usize = 64;
-
 /// Renders ahead, on worker threads, the sections of the backends of `model` that have no
 /// text remembered, and remembers them: a full render then prints them from memory. Each
 /// worker renders with its own view of `model`, so what each section read is noted as in a

@@ -200,10 +200,7 @@ impl Renderer {
                 last_config: std::sync::Mutex::new(None),
                 fragments,
                 layouts: std::sync::Mutex::default(),
-                workers: crate::parallel::Workers {
-                    min_items: fragments::SECTIONS_AHEAD_MIN,
-                    ..crate::parallel::Workers::default()
-                },
+                workers: crate::parallel::Workers::default(),
             })
         } else {
             Err(errors)
