@@ -653,7 +653,9 @@ impl<'a> Translator<'a> {
         &self,
         order: &parts::IngressOrder,
     ) -> Vec<Option<Forked<parts::IngressPart>>> {
-        // Only the changed Ingresses are not in the last run's parts: most runs stop here.
+        // After changes, the Ingresses without a part are the changed ones (and any whose
+        // part was not kept: a stopped hook call), which the run translates in turn when
+        // there are few: most runs stop here.
         let at_most = self
             .prior
             .map_or(usize::MAX, |prior| prior.changed_ingresses.len());
