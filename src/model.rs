@@ -517,6 +517,12 @@ pub struct FrontendRules {
     /// `route-acl` canary routes, looked up before the regular routes: in order of their
     /// canary set, then of precedence within it.
     pub canaries: Vec<CanaryRoute>,
+    /// Some regular route has a wildcard host: the frontends look the host up as one.
+    pub wildcard_hosts: bool,
+    /// Some regular route has no host: the frontends look the path up alone. Each lookup
+    /// step costs every request (map lookups, variables), so a step no route needs is left
+    /// out, and the first route that needs it changes haproxy.cfg (a reload).
+    pub hostless_routes: bool,
 }
 
 /// One capture slot of both frontends.

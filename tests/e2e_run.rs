@@ -225,6 +225,113 @@ fn routing_table() {
     check_table(&h, table);
 }
 
+/// Case 1b: the wildcard and host-less lookup steps are in haproxy.cfg only while some route
+/// needs them. Without them, a Host header that is not lower-case or has a port is still
+/// looked up as its normalized form; the first route that needs a step reloads HAProxy, and
+/// a new path of a kind already looked up does not.
+#[test]
+fn lookup_steps_follow_the_routes() {
+    let mut h = Harness::new();
+    let mut backends = Vec::new();
+    for s in ["app", "app-exact", "wild", "nohost"] {
+        backends.push(h.backend(NS, s));
+    }
+    h.write("services.yaml", &backends.join("---\n"));
+    let app = Some("app.example.com");
+    h.write(
+        "app.yaml",
+        &ingress(
+            NS,
+            "app",
+            &[
+                route(app, "/", "Prefix", "app"),
+                route(app, "/exact", "Exact", "app-exact"),
+            ],
+            None,
+            &[],
+        ),
+    );
+    h.start(&[]);
+    let config = || std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    let steps = || {
+        let cfg = config();
+        (
+            cfg.contains("var(txn.wildpath),map_str"),
+            cfg.contains("var(txn.path),map_str"),
+        )
+    };
+    assert_eq!(steps(), (false, false), "no route needs either step");
+    check_table(
+        &h,
+        &[
+            ("app.example.com", "/", "app"),
+            ("app.example.com", "/exact", "app-exact"),
+            ("app.example.com", "/exact/x", "app"),
+            // Looked up again as the normalized host.
+            ("APP.Example.com", "/exact", "app-exact"),
+            ("app.example.com:8080", "/exact", "app-exact"),
+            ("App.Example.Com:80", "/x", "app"),
+            ("a.example.com", "/", "status 404"),
+            ("unknown.test", "/shared", "status 404"),
+            ("evil.test/exact", "/x", "status 400"),
+        ],
+    );
+
+    let (reloads, _) = h.reloads();
+    let wild_and_nohost = |wild_path: &str| {
+        ingress(
+            NS,
+            "more",
+            &[
+                route(Some("*.example.com"), wild_path, "Prefix", "wild"),
+                route(None, "/shared", "Prefix", "nohost"),
+            ],
+            None,
+            &[],
+        )
+    };
+    h.write("more.yaml", &wild_and_nohost("/"));
+    wait_until(APPLY_TIMEOUT, "the wildcard host routes", || {
+        h.who("A.Example.Com:8443", "/x") == "wild"
+    });
+    h.wait_old_workers_gone();
+    assert_eq!(steps(), (true, true));
+    assert!(h.reloads().0 > reloads, "a new lookup step is a reload");
+    check_table(
+        &h,
+        &[
+            ("a.example.com", "/", "wild"),
+            ("unknown.test", "/shared/x", "nohost"),
+            ("a.example.com", "/shared", "wild"),
+            ("app.example.com", "/shared", "app"),
+            ("APP.Example.com:80", "/exact", "app-exact"),
+        ],
+    );
+
+    // Another path for a wildcard host: map entries, no reload.
+    let (reloads, _) = h.reloads();
+    h.write("more.yaml", &wild_and_nohost("/wild-only"));
+    wait_until(APPLY_TIMEOUT, "the wildcard path moved", || {
+        h.who("a.example.com", "/") == "status 404"
+    });
+    assert_eq!(h.who("a.example.com", "/wild-only/x"), "wild");
+    assert_eq!(h.reloads().0, reloads, "the same steps: no reload");
+
+    h.remove("more.yaml");
+    wait_until(APPLY_TIMEOUT, "the steps are gone", || {
+        steps() == (false, false)
+    });
+    h.wait_old_workers_gone();
+    check_table(
+        &h,
+        &[
+            ("a.example.com", "/wild-only", "status 404"),
+            ("unknown.test", "/shared", "status 404"),
+            ("App.example.com:8080", "/exact", "app-exact"),
+        ],
+    );
+}
+
 /// EndpointSlices for the `pool` Service: every echo server listed, ready when in `ready`.
 fn pool_slices(pool: &[(String, u16)], ready: &[&str]) -> String {
     let endpoints: Vec<(&str, u16, bool)> = pool

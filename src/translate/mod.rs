@@ -1249,7 +1249,7 @@ impl<'a> Translator<'a> {
             Some(claims) => claims.patch(&groups, &self.replaced_ranks),
             None => routes::SortedClaims::new(&groups),
         };
-        let mut maps = routes::build_maps(&groups, &claims, &mut self.diags);
+        let (mut maps, host_kinds) = routes::build_maps(&groups, &claims, &mut self.diags);
         self.kept.claims = Some(claims);
         let mut redirect_codes = Vec::new();
         if let Some(redirects) = &redirect_map {
@@ -1349,6 +1349,8 @@ impl<'a> Translator<'a> {
             frontend_rules: crate::model::FrontendRules {
                 captures: std::mem::take(&mut self.captures),
                 canaries,
+                wildcard_hosts: host_kinds.wildcard,
+                hostless_routes: host_kinds.none,
             },
             redirect_codes,
             backends,

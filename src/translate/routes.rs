@@ -225,13 +225,23 @@ fn push_claims(groups: &[&[RouteCandidate]], group: usize, claims: &mut Vec<MapC
     }
 }
 
-/// Builds the routing and redirect maps, and the redirect codes in use, from `claims`, the
-/// sorted claims of the routes of `groups`.
+/// Which kinds of host the regular routes have, besides exact ones: the lookup steps the
+/// frontends need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostKinds {
+    /// Some key's host is a wildcard (`*.`).
+    pub wildcard: bool,
+    /// Some key has no host (it starts with the path's `/`).
+    pub none: bool,
+}
+
+/// Builds the routing maps from `claims`, the sorted claims of the routes of `groups`, and
+/// says which kinds of host their keys have.
 pub fn build_maps(
     groups: &[&[RouteCandidate]],
     claims: &SortedClaims,
     diags: &mut Diagnostics,
-) -> RouteMaps {
+) -> (RouteMaps, HostKinds) {
     let route = |c: &MapClaim| &groups[c.group as usize][c.route as usize];
     // Sized once: as many entries as claims, but for keys claimed more than once.
     let exact = claims.0.iter().filter(|c| c.table == Table::Exact).count();
@@ -240,8 +250,16 @@ pub fn build_maps(
         prefix: Vec::with_capacity(claims.0.len() - exact),
         ..RouteMaps::default()
     };
+    let mut kinds = HostKinds::default();
     let mut rest = claims.0.as_slice();
     while let Some(first) = rest.first() {
+        // A host is a DNS name or `*.` and one: a key's first byte tells its kind, and the
+        // claim holds it (no key is read from memory).
+        match first.prefix.to_be_bytes()[0] {
+            b'*' => kinds.wildcard = true,
+            b'/' => kinds.none = true,
+            _ => {}
+        }
         let same = rest[1..]
             .iter()
             .position(|c| {
@@ -281,7 +299,7 @@ pub fn build_maps(
             Table::Prefix => maps.prefix.push(entry),
         }
     }
-    maps
+    (maps, kinds)
 }
 
 /// The ssl-redirect map of `redirects` (host → code, the oldest Ingress' code winning), the
@@ -469,7 +487,7 @@ mod tests {
             route("", "/x", PathKind::ImplementationSpecific, "b4", 0),
         ];
         let groups = [&routes[..]];
-        let maps = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
+        let (maps, _) = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let show = |v: &[MapEntry]| {
             v.iter()
                 .map(|e| format!("{} {}", e.key, e.value))
@@ -478,6 +496,53 @@ mod tests {
         assert_eq!(show(&maps.exact), ["a.com/foo b2"]);
         assert_eq!(show(&maps.prefix), ["/ b3", "/x b4", "a.com/foo/ b1"]);
         assert_eq!(diags.len(), 1, "the shadowed Prefix self-match is reported");
+    }
+
+    #[test]
+    fn host_kinds_follow_the_regular_keys() {
+        let kinds = |routes: &[RouteCandidate]| {
+            let groups = [routes];
+            build_maps(
+                &groups,
+                &SortedClaims::new(&groups),
+                &mut Diagnostics::new(),
+            )
+            .1
+        };
+        let mut routes = vec![
+            route("a.com", "/", PathKind::Prefix, "a", 0),
+            route("b.com", "/x", PathKind::Exact, "b", 0),
+        ];
+        assert_eq!(kinds(&routes), HostKinds::default());
+        // A canary route makes no regular key: its wildcard host needs no regular step.
+        let mut canary = route("*.a.com", "/", PathKind::Prefix, "c", 1);
+        canary.canary = Some(Box::new(
+            crate::values::parse_route_acl("cookie(staging) -m found").unwrap(),
+        ));
+        routes.push(canary);
+        assert_eq!(kinds(&routes), HostKinds::default());
+        routes.push(route("*.b.com", "/x", PathKind::Exact, "w", 0));
+        let wildcard = HostKinds {
+            wildcard: true,
+            none: false,
+        };
+        assert_eq!(kinds(&routes), wildcard);
+        routes.push(route("", "/api", PathKind::ImplementationSpecific, "n", 0));
+        let both = HostKinds {
+            wildcard: true,
+            none: true,
+        };
+        assert_eq!(kinds(&routes), both);
+        // In the exact map alone (an Exact path), and a key claimed twice, count the same.
+        let only_exact = [
+            route("", "/x", PathKind::Exact, "n", 0),
+            route("", "/x", PathKind::Exact, "m", 1),
+        ];
+        let none = HostKinds {
+            wildcard: false,
+            none: true,
+        };
+        assert_eq!(kinds(&only_exact), none);
     }
 
     #[test]
@@ -498,7 +563,7 @@ mod tests {
         ];
         let mut diags = Diagnostics::new();
         let groups = [&routes[..]];
-        let mut maps = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
+        let (mut maps, _) = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let routes: Vec<&RouteCandidate> = routes.iter().collect();
         let canaries = build_canaries(&routes, &mut maps);
         assert!(
@@ -543,7 +608,7 @@ mod tests {
         // Without canary routes, nothing changes.
         let regular: Vec<RouteCandidate> = routes[..4].iter().map(|r| (*r).clone()).collect();
         let groups = [&regular[..]];
-        let mut plain = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
+        let (mut plain, _) = build_maps(&groups, &SortedClaims::new(&groups), &mut diags);
         let before = plain.clone();
         assert!(build_canaries(&routes[..4], &mut plain).is_empty());
         assert_eq!(plain, before);
