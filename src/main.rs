@@ -325,26 +325,27 @@ fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(effective_filter("info")));
     let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     let registry = tracing_subscriber::registry().with(filter);
+    let ansi = std::io::stderr().is_terminal();
     let installed = match format {
         portcullis::cli::LogFormat::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_ansi(std::io::stderr().is_terminal())
-                    .with_writer(portcullis::logwriter::Stderr),
-            )
+            .with(portcullis::logwriter::text_layer(ansi))
             .try_init(),
-        // One object per line; the event's fields (`message` among them) at the top level.
         portcullis::cli::LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .flatten_event(true)
-                    .with_writer(portcullis::logwriter::Stderr),
-            )
+            .with(portcullis::logwriter::json_layer())
             .try_init(),
     };
     if installed.is_ok() {
         portcullis::admin::set_log_control(Box::new(ReloadableFilter(handle)));
+        // HAProxy's lines are framed as the subscriber frames a probe (`logwriter`); with
+        // colours, each goes through the subscriber.
+        let line_format = match format {
+            portcullis::cli::LogFormat::Text if ansi => None,
+            portcullis::cli::LogFormat::Text => Some(portcullis::logwriter::LineFormat::Text),
+            portcullis::cli::LogFormat::Json => Some(portcullis::logwriter::LineFormat::Json),
+        };
+        if let Some(line_format) = line_format {
+            portcullis::logwriter::init_line_format(line_format);
+        }
     }
 }
 

@@ -43,32 +43,29 @@ fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<Str
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        crate::logwriter::batch(&mut std::io::stderr(), || {
-            for line in pending[..complete].split(|&b| b == b'\n') {
-                emit_output_line(line, start_up);
-            }
-        });
+        emit_output_lines(&pending[..complete], start_up);
         pending.drain(..complete);
         std::thread::sleep(OUTPUT_PACE);
     }
-    if !pending.is_empty() {
-        emit_output_line(&pending, start_up);
-    }
+    emit_output_lines(&pending, start_up);
 }
 
-fn emit_output_line(line: &[u8], start_up: &UnboundedSender<String>) {
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() {
-        return;
-    }
-    let listening = !start_up.is_closed();
-    if listening || tracing::enabled!(target: "haproxy", tracing::Level::INFO) {
-        let text = String::from_utf8_lossy(line);
-        tracing::info!(target: "haproxy", "{text}");
-        if listening {
-            let _ = start_up.send(text.into_owned());
+/// Logs the lines of `text` (one write for all) and sends them to `start_up` while someone
+/// listens there.
+fn emit_output_lines(text: &[u8], start_up: &UnboundedSender<String>) {
+    let lines = || {
+        text.split(|&b| b == b'\n')
+            .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+            .filter(|line| !line.is_empty())
+    };
+    if !start_up.is_closed() {
+        for line in lines() {
+            let _ = start_up.send(String::from_utf8_lossy(line).into_owned());
         }
     }
+    crate::logwriter::batch(&mut std::io::stderr(), || {
+        crate::logwriter::haproxy_lines(lines());
+    });
 }
 
 /// Something went wrong with the HAProxy process.
