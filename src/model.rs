@@ -267,6 +267,8 @@ pub struct GlobalSettings {
     pub dontlognull: Option<bool>,
     /// `option logasap`.
     pub logasap: Option<bool>,
+    /// `option dontlog-normal`: only requests that failed are logged.
+    pub dontlog_normal: Option<bool>,
     /// `http-keep-alive`, `httpclose` or `http-server-close` (none: HAProxy's keep-alive).
     pub http_connection_mode: Option<String>,
     /// Client addresses allowed to send a PROXY protocol header to the HTTP and HTTPS

@@ -140,7 +140,7 @@ fn configmap_keys_error_pages_tcp_services_and_stats_through_haproxy() {
         "portcullis.yaml",
         &config_map(
             "portcullis",
-            "  maxconn: \"4242\"\n  nbthread: \"2\"\n  hard-stop-after: 7s\n  http-connection-mode: httpclose\n  timeout-client: 31s\n  log-format-tcp: '%ci:%cp %ft %b/%s %B'\n  logasap: maybe\n",
+            "  maxconn: \"4242\"\n  nbthread: \"2\"\n  hard-stop-after: 7s\n  http-connection-mode: httpclose\n  timeout-client: 31s\n  log-format-tcp: '%ci:%cp %ft %b/%s %B'\n  logasap: maybe\n  dontlog-normal: \"true\"\n",
         ),
     );
     h.write(
@@ -195,6 +195,20 @@ fn configmap_keys_error_pages_tcp_services_and_stats_through_haproxy() {
     let (answer, closed) = keep_alive_get(h.http_port, "web.example.com");
     assert!(answer.starts_with("http/1.1 200"), "{answer}");
     assert!(closed, "the connection stayed open: {answer}");
+
+    // dontlog-normal: a request that failed (503, no ready endpoint) is in the request log,
+    // one that was served is not. They are sent in turn, so the first line is there by the
+    // time the second is.
+    assert!(cfg.contains("option dontlog-normal"), "{cfg}");
+    assert_eq!(h.get("web.example.com", "/dontlog-served").status, 200);
+    assert_eq!(h.get("down.example.com", "/dontlog-failed").status, 503);
+    poll(APPLY_TIMEOUT, || {
+        h.log()
+            .contains(" /dontlog-failed HTTP/1.1\"")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no log line for the failed request:\n{}", h.log()));
+    assert!(!h.log().contains("/dontlog-served"), "{}", h.log());
 
     // The bad key is reported, and ignored; the rest applied (above).
     assert!(!cfg.contains("option logasap"));

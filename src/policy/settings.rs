@@ -114,6 +114,7 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
                 .map(|f| out.log_format_tcp = Some(f)),
             "dontlognull" => boolean(value).map(|b| out.dontlognull = Some(b)),
             "logasap" => boolean(value).map(|b| out.logasap = Some(b)),
+            "dontlog_normal" => boolean(value).map(|b| out.dontlog_normal = Some(b)),
             "http_connection_mode" => string(value)
                 .and_then(|m| values::parse_enum(&m, HTTP_CONNECTION_MODES))
                 .map(|m| out.http_connection_mode = Some(m)),
