@@ -59,7 +59,8 @@
 //! `warn,portcullis::controller=debug,portcullis::apply=debug` shows each apply's phases),
 //! `HSCALE_IDLE_SECS` (default 5, CPU of an idle controller and HAProxy), `HSCALE_DP_BACKENDS`
 //! (default 4 backend frontends), `HSCALE_HAPROXY` (default `haproxy`), `HSCALE_KEEP=1` (keep
-//! the work directories under /tmp).
+//! the work directories under /tmp), `HSCALE_CONFIGMAP` (more keys of the controller
+//! ConfigMap, as YAML flow entries, e.g. `dontlog-normal: "true"`).
 //!
 //! Plot mode: `SCALE_PLOT_IN=docs/perf/scale.csv SCALE_PLOT_OUT=docs/perf/scaling.svg cargo
 //! bench --bench haproxy_scale` reads the `benches/scale.rs` figures (columns
@@ -136,6 +137,8 @@ struct Options {
     /// disabled slots included: 42 slots per backend need about 37 500 descriptors at N = 1000,
     /// more than a `nofile` limit of 20 000 allows, and HAProxy then refuses to start.
     checks: bool,
+    /// More controller ConfigMap keys (`HSCALE_CONFIGMAP`), YAML flow entries.
+    configmap: String,
 }
 
 impl Options {
@@ -156,6 +159,7 @@ impl Options {
             drain: Duration::from_secs(env_num("HSCALE_DRAIN_SECS", 30)),
             haproxy: std::env::var("HSCALE_HAPROXY").unwrap_or_else(|_| "haproxy".to_string()),
             checks: env_num("HSCALE_CHECKS", 0) != 0,
+            configmap: std::env::var("HSCALE_CONFIGMAP").unwrap_or_default(),
         }
     }
 }
@@ -213,17 +217,28 @@ struct Controller {
 
 impl Controller {
     /// Starts `portcullis run` at `log_level`. Without `opt.checks`, a controller ConfigMap
-    /// turns health checks off by default (`check: "false"`), see [`Options::checks`].
+    /// turns health checks off by default (`check: "false"`), see [`Options::checks`]; it also
+    /// holds the keys of `opt.configmap`.
     fn start(manifests: &Path, work: &Path, opt: &Options, log_level: &str) -> Self {
         let (http, https, admin) = (free_port(), free_port(), free_port());
         let run_dir = work.join("r");
         let config_dir = work.join("c");
         let mut command = Command::new(env!("CARGO_BIN_EXE_portcullis"));
         command.arg("run");
+        let mut data = Vec::new();
         if !opt.checks {
+            data.push("check: \"false\"");
+        }
+        if !opt.configmap.is_empty() {
+            data.push(opt.configmap.as_str());
+        }
+        if !data.is_empty() {
             std::fs::write(
                 manifests.join("05-controller.yaml"),
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: controller, namespace: portcullis}\ndata: {check: \"false\"}\n",
+                format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: controller, namespace: portcullis}}\ndata: {{{}}}\n",
+                    data.join(", ")
+                ),
             )
             .unwrap();
             command.args(["--configmap", "portcullis/controller"]);
