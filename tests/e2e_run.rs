@@ -613,6 +613,15 @@ fn certificate_rotation_without_reload() {
         "{}",
         answer.body
     );
+    // A Host header with capitals and the port is looked up normalized, over HTTPS too.
+    let answer = https_get(
+        h.https_port,
+        "secure.example.com",
+        "Secure.Example.COM:443",
+        "/x",
+    )
+    .expect("an answer over HTTPS");
+    assert_eq!(answer.who(), "web");
     // Plain HTTP for a TLS host is redirected (ssl-redirect defaults to on).
     assert_eq!(h.who("secure.example.com", "/x"), "status 302");
     assert_eq!(h.who("other.example.com", "/x"), "status 404");
