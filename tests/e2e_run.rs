@@ -257,7 +257,7 @@ fn lookup_steps_follow_the_routes() {
         let cfg = config();
         (
             cfg.contains("var(txn.wildpath),map_str"),
-            cfg.contains("var(txn.path),map_str"),
+            cfg.contains("set-var(txn.route) path,map_str"),
         )
     };
     assert_eq!(steps(), (false, false), "no route needs either step");
