@@ -15,12 +15,33 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::client::{Client, ClientError};
 use super::command::Command;
 
-/// How long the reader of HAProxy's output waits after each read that returned something.
-/// HAProxy writes each request log line on its own. A reader woken for every line (and the
-/// runtime's event loop, woken by every write to a pipe it watches) cost about 5 µs of CPU per
-/// request, taken from the data plane on a small machine. Pausing lets a batch gather for one
-/// `read`, far below what fills a 64 KiB pipe (HAProxy drops a log line it cannot write).
-const OUTPUT_PACE: Duration = Duration::from_millis(2);
+/// The shortest and longest pause of the reader of HAProxy's output after a read. HAProxy
+/// writes each request log line on its own. A reader woken for every line (and the runtime's
+/// event loop, woken by every write to a pipe it watches) cost about 5 µs of CPU per request,
+/// taken from the data plane on a small machine; a reader pausing 2 ms after each read still
+/// cost 1.2–2 µs a request at 20 000 requests a second, nearly all of it per read (waking,
+/// reading, writing), not per line. See [`output_pace`].
+const OUTPUT_PACE_MIN: Duration = Duration::from_millis(2);
+const OUTPUT_PACE_MAX: Duration = Duration::from_millis(20);
+
+/// The capacity asked for the pipe of HAProxy's stdout, where its request log goes (Linux
+/// grants up to `/proc/sys/fs/pipe-max-size`, 1 MiB by default, to any process): room for the
+/// reader's longer pauses.
+const OUTPUT_PIPE_CAPACITY: usize = 1 << 20;
+
+/// How long the reader pauses after a read of `read` bytes that came `since` after the read
+/// before: long enough for about a quarter of the pipe's `capacity` to gather at that rate,
+/// between [`OUTPUT_PACE_MIN`] and [`OUTPUT_PACE_MAX`]. HAProxy drops a log line it cannot
+/// write, so the pipe must not fill: at the rate of the last read it holds a quarter of its
+/// capacity when the reader comes back, leaving room for the rate to quadruple meanwhile.
+fn output_pace(read: usize, since: Duration, capacity: usize) -> Duration {
+    if read == 0 {
+        return OUTPUT_PACE_MAX;
+    }
+    let secs = since.as_secs_f64() * (capacity / 4) as f64 / read as f64;
+    Duration::from_secs_f64(secs.min(OUTPUT_PACE_MAX.as_secs_f64()))
+        .clamp(OUTPUT_PACE_MIN, OUTPUT_PACE_MAX)
+}
 
 /// Logs HAProxy's output (stdout or stderr) line by line under the `haproxy` target, and sends
 /// each line to `start_up` while someone is listening there, until the end of the stream.
@@ -28,9 +49,14 @@ const OUTPUT_PACE: Duration = Duration::from_millis(2);
 /// reach the log with one write (`logwriter::batch`). Bytes that are not UTF-8
 /// (a request log can carry them) are replaced, never a reason to stop reading, since a pipe
 /// left unread would silence HAProxy's log.
-fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<String>) {
-    let mut buffer = vec![0u8; 64 * 1024];
+fn forward_output(
+    mut stream: impl std::io::Read,
+    capacity: usize,
+    start_up: &UnboundedSender<String>,
+) {
+    let mut buffer = vec![0u8; 256 * 1024];
     let mut pending = Vec::new();
+    let mut last_read = std::time::Instant::now();
     loop {
         let read = match stream.read(&mut buffer) {
             Ok(0) => break,
@@ -38,6 +64,14 @@ fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<Str
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
+        let now = std::time::Instant::now();
+        // A full buffer: more is waiting, read it at once.
+        let pace = if read == buffer.len() {
+            Duration::ZERO
+        } else {
+            output_pace(read, now - last_read, capacity)
+        };
+        last_read = now;
         pending.extend_from_slice(&buffer[..read]);
         let complete = pending
             .iter()
@@ -45,7 +79,7 @@ fn forward_output(mut stream: impl std::io::Read, start_up: &UnboundedSender<Str
             .map_or(0, |i| i + 1);
         emit_output_lines(&pending[..complete], start_up);
         pending.drain(..complete);
-        std::thread::sleep(OUTPUT_PACE);
+        std::thread::sleep(pace);
     }
     emit_output_lines(&pending, start_up);
 }
@@ -214,6 +248,12 @@ impl Haproxy {
         // Our own blocking pipes, read on threads (see `forward_output`).
         let (stdout, stdout_writer) = std::io::pipe().map_err(spawn_error)?;
         let (stderr, stderr_writer) = std::io::pipe().map_err(spawn_error)?;
+        // Where the kernel refuses the larger pipe, the reader paces for the one it has.
+        let _ = rustix::pipe::fcntl_setpipe_size(&stdout, OUTPUT_PIPE_CAPACITY);
+        let capacity = |pipe: &std::io::PipeReader| {
+            rustix::pipe::fcntl_getpipe_size(pipe).unwrap_or(64 * 1024)
+        };
+        let capacities = [capacity(&stdout), capacity(&stderr)];
         process
             .stdout(Stdio::from(stdout_writer))
             .stderr(Stdio::from(stderr_writer));
@@ -223,11 +263,12 @@ impl Haproxy {
         drop(process);
         let mut child = spawned.map_err(spawn_error)?;
         let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        for (name, stream) in [("haproxy-stdout", stdout), ("haproxy-stderr", stderr)] {
+        let streams = [("haproxy-stdout", stdout), ("haproxy-stderr", stderr)];
+        for ((name, stream), capacity) in streams.into_iter().zip(capacities) {
             let tx = lines_tx.clone();
             std::thread::Builder::new()
                 .name(name.to_string())
-                .spawn(move || forward_output(stream, &tx))
+                .spawn(move || forward_output(stream, capacity, &tx))
                 .map_err(spawn_error)?;
         }
         drop(lines_tx);
@@ -334,12 +375,35 @@ mod tests {
     }
 
     #[test]
+    fn the_reader_paces_for_a_quarter_of_the_pipe_at_the_last_rate() {
+        let ms = Duration::from_millis;
+        // 3 MB/s (20 000 request lines a second) into a 1 MiB pipe: the longest pause, at
+        // which 60 KB gather; into 64 KiB: 16 KiB at that rate, in 5.5 ms.
+        assert_eq!(output_pace(60_000, ms(20), 1 << 20), OUTPUT_PACE_MAX);
+        let pace = output_pace(60_000, ms(20), 64 * 1024);
+        assert!(pace > ms(5) && pace < ms(6), "{pace:?}");
+        // A fast writer: never less than the shortest pause, and a quarter of the pipe at
+        // most at the rate seen.
+        assert_eq!(output_pace(1 << 20, ms(2), 1 << 20), OUTPUT_PACE_MIN);
+        // 50 MB/s: a quarter of 1 MiB gathers in 5.2 ms.
+        let pace = output_pace(250_000, ms(5), 1 << 20);
+        assert!(pace > ms(5) && pace < ms(6), "{pace:?}");
+        // Nothing read, or an hour since the last line: the longest pause.
+        assert_eq!(output_pace(0, ms(1), 1 << 20), OUTPUT_PACE_MAX);
+        assert_eq!(output_pace(10, ms(3_600_000), 1 << 20), OUTPUT_PACE_MAX);
+    }
+
+    #[test]
     fn output_is_read_to_the_end_past_bytes_that_are_not_utf8() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         // Read in small pieces, so that lines span reads.
         let output: &[u8] =
             b"[NOTICE] loading\nGET /caf\xe9 HTTP/1.1\r\n\nlast line without newline";
-        forward_output(std::io::Read::chain(&output[..10], &output[10..]), &tx);
+        forward_output(
+            std::io::Read::chain(&output[..10], &output[10..]),
+            64 * 1024,
+            &tx,
+        );
         drop(tx);
         let mut lines = Vec::new();
         while let Some(line) = rx.blocking_recv() {
