@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::haproxy::command::{Command, ServerState};
 use crate::model::{Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
 use crate::render::{
-    CRT_LIST, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
+    CRT_LIST, Content, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
 use crate::translate::tls::secret_of_path;
 
@@ -26,7 +26,7 @@ pub struct Applied {
     /// blanked out. Two configurations with equal structure differ only in what the runtime
     /// API can change. Rendered when the configuration is made, with the templates of that
     /// moment, so that a template edit shows as a structural change.
-    pub structure: Arc<str>,
+    pub structure: Content,
     /// The blanked model `structure` is the rendering of, and the renderer that rendered it.
     blanked: Model,
     renderer: u64,
@@ -56,8 +56,11 @@ impl Applied {
                 .render_config_cached(&blanked)
                 // Cannot happen for a model the same templates rendered; if it does, any
                 // change counts as structural.
-                .unwrap_or_else(|e| format!("unrenderable: {e}\n{}", rendered.haproxy_cfg()))
-                .into()
+                .unwrap_or_else(|e| {
+                    format!("unrenderable: {e}\n{}", rendered.haproxy_cfg())
+                        .into_bytes()
+                        .into()
+                })
         });
         Self {
             model,
@@ -108,8 +111,8 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
         plan.reload_reasons.push(structural_reason(
             &old.model,
             &new.model,
-            &old.structure,
-            &new.structure,
+            &old.structure.text().unwrap_or_default(),
+            &new.structure.text().unwrap_or_default(),
         ));
         return plan;
     }
@@ -168,18 +171,15 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             continue;
         }
         let ob = Arc::make_mut(ob);
-        for (os, ns) in Arc::make_mut(&mut ob.servers)
-            .iter_mut()
-            .zip(nb.servers.iter())
-        {
-            if os == ns {
+        for i in ob.servers.differing(&nb.servers) {
+            let Some(ns) = nb.servers.get(i) else {
                 continue;
-            }
+            };
             let mut one = Plan::default();
-            server_commands(&nb.name, ns, &mut one);
+            server_commands(&nb.name, &ns, &mut one);
             if one.reload_reasons.is_empty() {
                 plan.commands.extend(one.commands);
-                *os = ns.clone();
+                Arc::make_mut(&mut ob.servers).set(i, ns.address.map(|a| (a, ns.port)));
             }
         }
     }
@@ -322,7 +322,7 @@ pub fn server_repairs(
                 None => actual.maintenance,
             };
             if !right {
-                server_commands(&backend.name, slot, &mut plan);
+                server_commands(&backend.name, &slot, &mut plan);
             }
         }
     }
@@ -374,11 +374,8 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
                         continue;
                     }
                 }
-                if b.servers.iter().any(|s| s.address.is_some() || s.port != 1) {
-                    for s in Arc::make_mut(&mut Arc::make_mut(b).servers).iter_mut() {
-                        s.address = None;
-                        s.port = 1;
-                    }
+                if !b.servers.all_unused() {
+                    Arc::make_mut(&mut Arc::make_mut(b).servers).clear_all();
                 }
                 if let Some(blanked_was) = blanked_was.filter(|w| ***w == **b) {
                     *b = blanked_was.clone();
@@ -496,11 +493,10 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
         if Arc::ptr_eq(ob, nb) {
             continue;
         }
-        for (os, ns) in ob.servers.iter().zip(nb.servers.iter()) {
-            if os == ns {
-                continue;
+        for ns in ob.servers.differing(&nb.servers) {
+            if let Some(ns) = nb.servers.get(ns) {
+                server_commands(&nb.name, &ns, plan);
             }
-            server_commands(&nb.name, ns, plan);
         }
     }
 }
@@ -839,7 +835,7 @@ mod tests {
             objects(&["/"], &["10.0.0.1", "10.0.0.3"], &none, false),
             Some(&a),
         );
-        assert!(Arc::ptr_eq(&a.structure, &moved.structure));
+        assert!(a.structure.ptr_eq(&moved.structure));
         assert_eq!(moved.structure, fresh.structure);
         assert_eq!(plan(&a, &moved), plan(&a, &fresh));
         assert!(!plan(&a, &moved).commands.is_empty());
@@ -850,7 +846,13 @@ mod tests {
             Some(&moved),
         );
         assert_eq!(slower.structure, fresh.structure);
-        assert!(slower.structure.contains("timeout server 7000"));
+        assert!(
+            slower
+                .structure
+                .text()
+                .unwrap()
+                .contains("timeout server 7000")
+        );
         assert_eq!(plan(&moved, &slower), plan(&moved, &fresh));
         assert!(!plan(&moved, &slower).reload_reasons.is_empty());
 
@@ -865,7 +867,7 @@ mod tests {
             &other,
             Some(&slower),
         );
-        assert!(again.structure.contains("# no stats"));
+        assert!(again.structure.text().unwrap().contains("# no stats"));
         assert_ne!(again.structure, slower.structure);
     }
 
@@ -1001,8 +1003,7 @@ mod tests {
             .iter()
             .find(|s| s.address.is_some())
             .unwrap()
-            .name
-            .clone();
+            .name;
         let empty: Vec<String> = a.model.backends[0]
             .servers
             .iter()

@@ -448,15 +448,14 @@ impl PolicyEngine {
             .saturating_sub(spent);
         let reports: Vec<Diagnostic> = own.iter().cloned().collect();
         diags.extend(own);
-        if !STOPPED.with(std::cell::Cell::get) {
-            self.whole.remember(
-                hook,
-                key,
-                self.whole.shared(hook, value.clone()),
-                reports,
-                operations,
-            );
+        if STOPPED.with(std::cell::Cell::get) {
+            return value;
         }
+        let shared = self.whole.shared(hook, value.clone());
+        // The remembered equal value, whose shared parts (`Arc`s) the caller then shares too:
+        // most routes come out with the same settings.
+        let value = shared.downcast_ref::<T>().cloned().unwrap_or(value);
+        self.whole.remember(hook, key, shared, reports, operations);
         value
     }
 
@@ -825,6 +824,33 @@ fn backend(ctx) {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn equal_route_outcomes_share_their_settings() {
+        let engine = PolicyEngine::load(None).unwrap();
+        let outcome = |name: &str, allowed: &str| {
+            let ingress = ObjectRef::new(Kind::Ingress, &Key::new("ns", name));
+            let annotations = [("haproxy.org/allow-list".to_string(), allowed.to_string())];
+            let ctx = HookContext::new(
+                ingress.clone(),
+                vec![ValueSource::annotations(
+                    ingress,
+                    Arc::new(annotations.into_iter().collect()),
+                )],
+                BTreeMap::new(),
+            );
+            engine.run_route(&ctx, &mut Diagnostics::new())
+        };
+        let (a, b, other) = (
+            outcome("a", "10.0.0.0/8"),
+            outcome("b", "10.0.0.0/8"),
+            outcome("c", "10.1.0.0/16"),
+        );
+        // Different objects, so different runs; equal results, so one `RouteSettings`.
+        assert!(Arc::ptr_eq(&a.settings, &b.settings));
+        assert!(!Arc::ptr_eq(&a.settings, &other.settings));
+        assert_ne!(a.settings, other.settings);
     }
 
     #[test]

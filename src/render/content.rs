@@ -1,10 +1,12 @@
 //! A rendered file's bytes, held as shared pieces.
 //!
-//! haproxy.cfg is some 16 MB at 10 000 Ingresses, and a run after an endpoint or Ingress
-//! change replaces one or two backend sections of it. Copying the rest into a new buffer took
-//! more than half of an endpoint run; a [`Content`] made by a patch instead refers to the
-//! unchanged byte ranges of the buffers it came from and holds only the new sections' text.
-//! Equal contents compare equal however they are cut into pieces.
+//! haproxy.cfg is some 16 MB at 10 000 Ingresses, nearly all of it backend sections that the
+//! renderer also remembers (to print them again without rendering them). A rendered
+//! [`Content`] holds those sections as pieces shared with the renderer's memory, not copies,
+//! and the template's own text between them. A run after an endpoint or Ingress change
+//! replaces one or two sections: the [`Content`] it makes refers to the unchanged pieces of
+//! the last one and holds only the new sections. Equal contents compare equal however they
+//! are cut into pieces.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -12,16 +14,60 @@ use std::io::Write;
 use std::ops::Range;
 use std::sync::Arc;
 
+/// Bytes a piece refers to.
+#[derive(Clone)]
+pub(crate) enum Shared {
+    Bytes(Arc<Vec<u8>>),
+    /// A text shared with whoever made it (a remembered backend section).
+    Text(Arc<str>),
+}
+
+impl Shared {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Shared::Bytes(b) => b,
+            Shared::Text(t) => t.as_bytes(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_bytes().len()
+    }
+
+    /// Whether both are the same buffer.
+    fn same(&self, other: &Shared) -> bool {
+        std::ptr::eq(self.as_bytes().as_ptr(), other.as_bytes().as_ptr())
+            && self.len() == other.len()
+    }
+}
+
+impl From<Vec<u8>> for Shared {
+    fn from(bytes: Vec<u8>) -> Self {
+        Shared::Bytes(Arc::new(bytes))
+    }
+}
+
+impl From<Arc<str>> for Shared {
+    fn from(text: Arc<str>) -> Self {
+        Shared::Text(text)
+    }
+}
+
 /// A byte range of a shared buffer.
 #[derive(Clone)]
 struct Piece {
-    buffer: Arc<Vec<u8>>,
+    buffer: Shared,
     range: Range<usize>,
 }
 
 impl Piece {
     fn bytes(&self) -> &[u8] {
-        &self.buffer[self.range.clone()]
+        &self.buffer.as_bytes()[self.range.clone()]
+    }
+
+    fn whole(buffer: Shared) -> Self {
+        let range = 0..buffer.len();
+        Piece { buffer, range }
     }
 }
 
@@ -30,28 +76,45 @@ impl Piece {
 pub struct Content {
     pieces: Arc<Vec<Piece>>,
     len: usize,
+    /// How many pieces it was made of (see [`MAX_PIECES`]).
+    made_of: usize,
 }
 
-/// More pieces than this and a patch makes the content one buffer again: each patch adds
-/// up to two pieces per replaced section, and a long series of them would make writing and
+/// More pieces than this beyond those a content was made of, and a patch makes the content
+/// one buffer again: a patch that replaces whole pieces (sections) keeps their number, but
+/// one cutting into a piece adds up to two, and a long series of them would make writing and
 /// comparing walk ever more pieces.
 const MAX_PIECES: usize = 1024;
 
 impl Content {
     /// The content of `bytes`, in one piece.
     pub fn whole(bytes: Vec<u8>) -> Self {
-        let len = bytes.len();
-        let pieces = if len == 0 {
-            Vec::new()
-        } else {
-            vec![Piece {
-                buffer: Arc::new(bytes),
-                range: 0..len,
-            }]
-        };
+        Self::of_pieces(vec![Piece::whole(bytes.into())])
+    }
+
+    /// The concatenation of `parts`: byte ranges of `own` and whole shared buffers. Nothing
+    /// is copied.
+    pub(crate) fn assemble(own: Vec<u8>, parts: impl IntoIterator<Item = Part>) -> Self {
+        let own = Shared::from(own);
+        let mut out = Builder::default();
+        for part in parts {
+            out.push(match part {
+                Part::Own(range) => Piece {
+                    buffer: own.clone(),
+                    range,
+                },
+                Part::Shared(buffer) => Piece::whole(buffer),
+            });
+        }
+        Self::of_pieces(out.pieces)
+    }
+
+    fn of_pieces(pieces: Vec<Piece>) -> Self {
+        let pieces: Vec<Piece> = pieces.into_iter().filter(|p| !p.range.is_empty()).collect();
         Content {
+            len: pieces.iter().map(|p| p.range.len()).sum(),
+            made_of: pieces.len(),
             pieces: Arc::new(pieces),
-            len,
         }
     }
 
@@ -96,9 +159,12 @@ impl Content {
         }
     }
 
-    /// Writes every piece to `out`.
+    /// Writes every piece to `out`, through a buffer (a rendered haproxy.cfg is tens of
+    /// thousands of pieces).
     pub fn write_to(&self, out: &mut impl Write) -> std::io::Result<()> {
-        self.pieces().try_for_each(|piece| out.write_all(piece))
+        let mut out = std::io::BufWriter::with_capacity(256 * 1024, out);
+        self.pieces().try_for_each(|piece| out.write_all(piece))?;
+        out.flush()
     }
 
     /// Whether these are the bytes `other`.
@@ -140,33 +206,33 @@ impl Content {
     }
 
     /// This content with the byte ranges of `replacements` (ascending, not overlapping)
-    /// replaced by their texts. The rest is shared, not copied.
-    pub fn splice<'t>(
+    /// replaced by their texts. Nothing is copied: the rest is shared with this content, the
+    /// texts are shared with the caller.
+    pub(crate) fn splice(
         &self,
-        replacements: impl IntoIterator<Item = (Range<usize>, &'t [u8])>,
+        replacements: impl IntoIterator<Item = (Range<usize>, Shared)>,
     ) -> Content {
         let mut out = Builder::default();
         let mut copied = 0;
         for (range, text) in replacements {
             debug_assert!(copied <= range.start && range.end <= self.len);
             self.slice_into(copied..range.start, &mut out);
-            if !text.is_empty() {
-                out.push(Piece {
-                    buffer: Arc::new(text.to_vec()),
-                    range: 0..text.len(),
-                });
-            }
+            out.push(Piece::whole(text));
             copied = range.end;
         }
         self.slice_into(copied..self.len, &mut out);
-        let content = Content {
+        if out.pieces.len() > self.made_of.max(1) + MAX_PIECES {
+            let mut all = Vec::with_capacity(self.len);
+            for piece in &out.pieces {
+                all.extend_from_slice(piece.bytes());
+            }
+            return Content::whole(all);
+        }
+        Content {
             len: out.pieces.iter().map(|p| p.range.len()).sum(),
             pieces: Arc::new(out.pieces),
-        };
-        if content.pieces.len() > MAX_PIECES {
-            return Content::whole(content.bytes().into_owned());
+            made_of: self.made_of,
         }
-        content
     }
 }
 
@@ -183,13 +249,21 @@ impl Builder {
             return;
         }
         if let Some(last) = self.pieces.last_mut() {
-            if Arc::ptr_eq(&last.buffer, &piece.buffer) && last.range.end == piece.range.start {
+            if last.buffer.same(&piece.buffer) && last.range.end == piece.range.start {
                 last.range.end = piece.range.end;
                 return;
             }
         }
         self.pieces.push(piece);
     }
+}
+
+/// A part of an [`Content::assemble`]d content.
+pub(crate) enum Part {
+    /// A byte range of the owned buffer.
+    Own(Range<usize>),
+    /// A whole shared buffer.
+    Shared(Shared),
 }
 
 impl From<Vec<u8>> for Content {
@@ -257,17 +331,56 @@ mod tests {
     #[test]
     fn splices_share_what_they_keep() {
         let base = Content::whole(b"global\nbackend a\nbackend b\nbackend c\n".to_vec());
-        let patched = base.splice([(17..27, &b"backend B!\n"[..])]);
+        let patched = base.splice([(17..27, b"backend B!\n".to_vec().into())]);
         assert_eq!(text(&patched), "global\nbackend a\nbackend B!\nbackend c\n");
         // Before, the new text, after: the kept bytes are the first buffer's.
         assert_eq!(patched.piece_count(), 3);
-        let again = patched.splice([(17..28, &b"backend b\n"[..])]);
+        let again = patched.splice([(17..28, b"backend b\n".to_vec().into())]);
         assert_eq!(again, base);
         assert!(!again.ptr_eq(&base));
         assert_ne!(patched, base);
-        let empty = base.splice([(0..base.len(), &b""[..])]);
+        let empty = base.splice([(0..base.len(), Vec::new().into())]);
         assert!(empty.is_empty());
         assert_eq!(empty, Content::default());
+    }
+
+    /// An assembled content holds the shared texts themselves; replacing one keeps the number
+    /// of pieces, however many patches follow.
+    #[test]
+    fn assembled_sections_are_shared_not_copied() {
+        let own = b"global\n\0\0defaults\n".to_vec();
+        let a: Arc<str> = Arc::from("backend a\n");
+        let b: Arc<str> = Arc::from("backend b\n");
+        let content = Content::assemble(
+            own,
+            [
+                Part::Own(0..7),
+                Part::Shared(a.clone().into()),
+                Part::Own(7..7),
+                Part::Shared(b.clone().into()),
+                Part::Own(9..18),
+            ],
+        );
+        assert_eq!(text(&content), "global\nbackend a\nbackend b\ndefaults\n");
+        assert_eq!(content.piece_count(), 4);
+        let held: Vec<*const u8> = content.pieces().map(<[u8]>::as_ptr).collect();
+        assert_eq!(held[1], a.as_ptr());
+        assert_eq!(held[2], b.as_ptr());
+        let mut patched = content;
+        for i in 0..3 * MAX_PIECES {
+            let text: Arc<str> = Arc::from(format!("backend {}\n", i % 10));
+            patched = patched.splice([(17..27, text.clone().into())]);
+            assert_eq!(
+                patched.pieces().nth(2).map(<[u8]>::as_ptr),
+                Some(text.as_ptr())
+            );
+        }
+        assert_eq!(patched.piece_count(), 4);
+        let last = (3 * MAX_PIECES - 1) % 10;
+        assert_eq!(
+            text(&patched),
+            format!("global\nbackend a\nbackend {last}\ndefaults\n")
+        );
     }
 
     #[test]
@@ -275,8 +388,8 @@ mod tests {
         let mut content = Content::whole(vec![b'x'; 4 * MAX_PIECES]);
         for i in 0..MAX_PIECES {
             let at = 4 * i + 1;
-            content = content.splice([(at..at + 1, &b"y"[..])]);
-            assert!(content.piece_count() <= MAX_PIECES);
+            content = content.splice([(at..at + 1, b"y".to_vec().into())]);
+            assert!(content.piece_count() <= 1 + MAX_PIECES);
         }
         assert_eq!(content.len(), 4 * MAX_PIECES);
         assert_eq!(text(&content), "xyxx".repeat(MAX_PIECES));
@@ -314,7 +427,7 @@ mod tests {
                     copied = range.end;
                 }
                 expected.extend_from_slice(&flat[copied..]);
-                content = content.splice(ranges.iter().map(|(r, t)| (r.clone(), t.as_slice())));
+                content = content.splice(ranges.iter().map(|(r, t)| (r.clone(), t.clone().into())));
                 prop_assert_eq!(content.bytes().into_owned(), expected.clone());
                 prop_assert_eq!(content.len(), expected.len());
                 prop_assert_eq!(&content, &Content::whole(expected.clone()));

@@ -305,34 +305,46 @@ pub(crate) fn begin_render(
 
 /// Replaces the section marks of a finished render by the sections. Returns haproxy.cfg and,
 /// when no template read a backend or used a section except by printing it, its layout.
+/// haproxy.cfg holds the sections themselves (shared with the remembered ones) and the rest of
+/// `raw`, not copies.
 pub(crate) fn finish_render(
-    raw: &str,
+    raw: String,
     scope: &Scope,
     ctx: &Value,
 ) -> Result<(super::Content, Option<Layout>), &'static str> {
     let printed = scope.printed.lock().map(|p| p.clone()).unwrap_or_default();
-    let mut out =
-        String::with_capacity(raw.len() + printed.iter().map(|p| p.1.len()).sum::<usize>());
+    let mut parts = Vec::with_capacity(2 * printed.len() + 2);
     let mut sections = Vec::with_capacity(printed.len());
-    let mut rest = raw;
-    while let Some(at) = rest.find('\0') {
-        out.push_str(&rest[..at]);
-        let mark = rest.get(at..at + MARK_LEN).unwrap_or_default();
+    // Bytes of haproxy.cfg so far, and of `raw` read.
+    let (mut len, mut at) = (0, 0);
+    let mut last_byte = None;
+    while let Some(found) = raw[at..].find('\0') {
+        let mark_at = at + found;
+        let mark = raw.get(mark_at..mark_at + MARK_LEN).unwrap_or_default();
         let number =
             parse_mark(mark, scope.nonce).ok_or("the template output holds a NUL character")?;
         let (backend, text) = printed
             .get(number)
             .ok_or("the template output holds an unknown section mark")?;
-        let start = out.len();
-        out.push_str(text);
-        sections.push((*backend, start..out.len()));
-        rest = &rest[at + MARK_LEN..];
+        if mark_at > at {
+            last_byte = raw.as_bytes().get(mark_at - 1).copied();
+        }
+        parts.push(super::content::Part::Own(at..mark_at));
+        len += mark_at - at;
+        sections.push((*backend, len..len + text.len()));
+        len += text.len();
+        last_byte = text.as_bytes().last().copied().or(last_byte);
+        parts.push(super::content::Part::Shared(text.clone().into()));
+        at = mark_at + MARK_LEN;
     }
-    out.push_str(rest);
-    if !out.ends_with('\n') {
-        out.push('\n');
+    if raw.len() > at {
+        last_byte = raw.as_bytes().last().copied();
     }
-    let cfg = super::Content::whole(out.into_bytes());
+    parts.push(super::content::Part::Own(at..raw.len()));
+    if last_byte != Some(b'\n') {
+        parts.push(super::content::Part::Shared(b"\n".to_vec().into()));
+    }
+    let cfg = super::Content::assemble(raw.into_bytes(), parts);
     let layout = (!scope.touched.load(Ordering::Relaxed)).then(|| Layout {
         cfg: cfg.clone(),
         sections,
@@ -395,7 +407,7 @@ pub(crate) fn patch(
         let start = range.start.saturating_add_signed(shift);
         let len = match texts.get(backend) {
             Some(text) => {
-                replacements.push((range.clone(), text.as_bytes()));
+                replacements.push((range.clone(), text.clone().into()));
                 shift += text.len() as isize - range.len() as isize;
                 text.len()
             }

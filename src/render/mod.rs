@@ -144,7 +144,7 @@ pub struct Renderer {
     templates: Vec<SourceFile>,
     /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
     /// its model.
-    last_config: std::sync::Mutex<Option<(u128, String)>>,
+    last_config: std::sync::Mutex<Option<(u128, Content)>>,
     /// Backend sections rendered by `backend_section` (see [`fragments`]).
     fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
     /// Where the sections sit in the last renderings, for [`Renderer::render_patched`].
@@ -232,7 +232,7 @@ impl Renderer {
     /// fingerprint of what templates see), that rendering again without running the
     /// templates. The planner renders every configuration with its runtime parts blanked,
     /// which for an endpoint change or a new path is the same model as before.
-    pub fn render_config_cached(&self, model: &Model) -> Result<String, RenderError> {
+    pub fn render_config_cached(&self, model: &Model) -> Result<Content, RenderError> {
         let key = crate::fingerprint::of_serialized(model);
         if let Ok(last) = self.last_config.lock() {
             if let Some((k, cfg)) = last.as_ref() {
@@ -241,7 +241,12 @@ impl Renderer {
                 }
             }
         }
-        let cfg = self.render(model)?.haproxy_cfg().to_string();
+        let cfg = self
+            .render(model)?
+            .files()
+            .get(CONFIG_FILE)
+            .cloned()
+            .unwrap_or_default();
         if let Ok(mut last) = self.last_config.lock() {
             *last = Some((key, cfg.clone()));
         }
@@ -350,7 +355,7 @@ impl Renderer {
             self.workers,
         );
         let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
-        let (cfg, layout) = fragments::finish_render(&raw, &scope, &ctx).map_err(|message| {
+        let (cfg, layout) = fragments::finish_render(raw, &scope, &ctx).map_err(|message| {
             RenderError::TemplateRender {
                 file: self.template_file(ENTRY_TEMPLATE),
                 line: 0,
@@ -751,9 +756,7 @@ mod tests {
         assert!(base.backends.len() >= 30);
         let mut moved = base.clone();
         let backend = std::sync::Arc::make_mut(&mut moved.backends[3]);
-        let slot = &mut std::sync::Arc::make_mut(&mut backend.servers)[0];
-        slot.address = Some("10.9.9.9".to_string());
-        slot.port = 9999;
+        std::sync::Arc::make_mut(&mut backend.servers).set(0, Some(("10.9.9.9".to_string(), 9999)));
         (pipeline, base, moved)
     }
 
@@ -783,6 +786,40 @@ mod tests {
         // The section the last patch replaced is forgotten.
         renderer.render(&base).unwrap();
         assert_eq!(renderer.sections_rendered(), before + 1);
+    }
+
+    /// haproxy.cfg holds the remembered backend sections themselves, not copies: two renders
+    /// of one model, and a patch of one section, share every other section's bytes.
+    #[test]
+    fn configurations_share_the_remembered_sections() {
+        let (pipeline, base, moved) = synthetic_model_and_moved();
+        let renderer = &pipeline.renderer;
+        let cfg = |r: &RenderedConfig| r.files()[CONFIG_FILE].clone();
+        let first = renderer.render(&base).unwrap();
+        let second = renderer.render(&base).unwrap();
+        let patched = renderer
+            .render_patched(&base, &first, &moved)
+            .unwrap()
+            .expect("a patch");
+        let held = |c: &Content| -> Vec<*const u8> { c.pieces().map(<[u8]>::as_ptr).collect() };
+        let (a, b, p) = (
+            held(&cfg(&first)),
+            held(&cfg(&second)),
+            held(&cfg(&patched)),
+        );
+        let backends = base.backends.len();
+        let shared = |x: &[*const u8], y: &[*const u8]| x.iter().filter(|p| y.contains(p)).count();
+        assert!(
+            shared(&a, &b) >= backends,
+            "{} of {backends}",
+            shared(&a, &b)
+        );
+        assert!(
+            shared(&a, &p) >= backends - 1,
+            "{} of {backends}",
+            shared(&a, &p)
+        );
+        assert_eq!(cfg(&first), cfg(&second));
     }
 
     /// After a new path, the model differs in the map entries (which haproxy.cfg does not
@@ -1049,7 +1086,12 @@ mod tests {
         b.version = "b".to_string();
         for model in [&a, &a, &b, &a, &b, &b] {
             let expected = renderer.render(model).unwrap().haproxy_cfg().to_string();
-            assert_eq!(renderer.render_config_cached(model).unwrap(), expected);
+            assert!(
+                renderer
+                    .render_config_cached(model)
+                    .unwrap()
+                    .is(expected.as_bytes())
+            );
         }
         assert_ne!(
             crate::fingerprint::of_serialized(&a),

@@ -11,7 +11,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::backends::ResolvedPort;
 use super::tls;
-use crate::model::{PemFile, ServerSlot};
+use crate::model::{PemFile, ServerSlots};
 use crate::objects::Key;
 use crate::store::Store;
 
@@ -34,7 +34,7 @@ struct Servers {
     port: ResolvedPort,
     slots_block: u32,
     slices: Vec<Arc<EndpointSlice>>,
-    servers: Arc<Vec<ServerSlot>>,
+    servers: Arc<ServerSlots>,
     used: u64,
 }
 
@@ -79,7 +79,7 @@ impl Memo {
         service: &Key,
         port: &ResolvedPort,
         slots_block: u32,
-    ) -> Arc<Vec<ServerSlot>> {
+    ) -> Arc<ServerSlots> {
         let slices: Vec<&Arc<EndpointSlice>> = store.endpoint_slices_of(service).collect();
         {
             let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);

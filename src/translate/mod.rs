@@ -26,7 +26,7 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
-    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlot,
+    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
 };
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::policy::{HookContext, PolicyEngine, ValueSource};
@@ -1550,29 +1550,23 @@ impl<'a> Translator<'a> {
 
 /// The server slots of a backend of Service `service` on `port`: its endpoints (or the
 /// ExternalName) spread over `slots_block`-sized blocks of slots.
-pub fn servers(
-    store: &Store,
-    service: &Key,
-    port: &ResolvedPort,
-    slots_block: u32,
-) -> Vec<ServerSlot> {
+pub fn servers(store: &Store, service: &Key, port: &ResolvedPort, slots_block: u32) -> ServerSlots {
     let endpoints = match &port.external {
         Some((dns_name, port)) => vec![(dns_name.clone(), *port)],
         None => backends::endpoints(store, service, port),
     };
     let count = slots::slot_count(endpoints.len(), slots_block);
-    slots::assign(&endpoints, count)
-        .into_iter()
-        .zip(slots::slot_names(count))
-        .map(|(occupant, name)| {
-            let endpoint = occupant.map(|e| endpoints[e].clone());
-            ServerSlot {
-                name,
-                port: endpoint.as_ref().map_or(1, |e| e.1),
-                address: endpoint.map(|e| e.0),
-            }
-        })
-        .collect()
+    let occupants = slots::assign(&endpoints, count);
+    ServerSlots::from_occupants(
+        count,
+        occupants
+            .into_iter()
+            .enumerate()
+            .filter_map(|(slot, occupant)| {
+                let (address, port) = endpoints.get(occupant?)?.clone();
+                Some((slot, address, port))
+            }),
+    )
 }
 
 /// The backend `name` in `table`, created for `service`/`port` if new.

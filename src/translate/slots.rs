@@ -7,25 +7,9 @@
 //! endpoint therefore only moves the endpoints along one displacement chain, usually none.
 
 use std::cmp::Reverse;
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// An endpoint address and port.
 pub type Endpoint = (String, u16);
-
-/// The names `SRV_1` … `SRV_<count>`, shared by every backend: at 10 000 backends of 42 slots,
-/// a `String` each was 420 000 allocations holding the same few names.
-pub fn slot_names(count: usize) -> Vec<Arc<str>> {
-    static NAMES: OnceLock<Mutex<Vec<Arc<str>>>> = OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    while names.len() < count {
-        let name = format!("SRV_{}", names.len() + 1);
-        names.push(Arc::from(name));
-    }
-    names[..count].to_vec()
-}
 
 /// How many slots a backend with `endpoints` endpoints gets: the smallest multiple of `block`
 /// that holds them all, and at least one block.
@@ -93,12 +77,18 @@ mod tests {
 
     #[test]
     fn slot_names_are_numbered_from_one_and_shared() {
-        let three: Vec<String> = super::slot_names(3).iter().map(|n| n.to_string()).collect();
+        let three: Vec<String> = crate::model::slot_names(3)
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
         assert_eq!(three, ["SRV_1", "SRV_2", "SRV_3"]);
-        let more = super::slot_names(45);
+        let more = crate::model::slot_names(45);
         assert_eq!(&*more[44], "SRV_45");
-        assert!(std::sync::Arc::ptr_eq(&super::slot_names(2)[1], &more[1]));
-        assert!(super::slot_names(0).is_empty());
+        assert!(std::sync::Arc::ptr_eq(
+            &crate::model::slot_names(2)[1],
+            &more[1]
+        ));
+        assert!(crate::model::slot_names(0).is_empty());
     }
 
     use super::*;
