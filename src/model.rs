@@ -892,9 +892,10 @@ impl Tls {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PemFile {
     pub path: String,
-    /// The PEM text. Not shown in `/debug/model`.
+    /// The PEM text, shared by the runs that found the Secret unchanged and by the rendered
+    /// file. Not shown in `/debug/model`.
     #[serde(skip)]
-    pub content: String,
+    pub content: Arc<str>,
 }
 
 /// One crt-list line: a certificate and the SNI names it answers (empty: its own names).

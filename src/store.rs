@@ -9,7 +9,7 @@
 //! [`Mark`] can tell what changed since (see [`Store::changes_since`]): the pipeline uses it to
 //! redo only the backends whose endpoints moved.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -90,7 +90,9 @@ pub struct Store {
     ingress_classes: BTreeMap<Key, Arc<IngressClass>>,
     services: BTreeMap<Key, Arc<Service>>,
     endpoint_slices: BTreeMap<Key, Arc<EndpointSlice>>,
-    slices_by_service: BTreeMap<Key, BTreeSet<Key>>,
+    /// The EndpointSlices of each Service, sorted (a Service has one or a few: a set's node
+    /// took half a KiB each).
+    slices_by_service: BTreeMap<Key, Vec<Key>>,
     secrets: BTreeMap<Key, Arc<Secret>>,
     config_maps: BTreeMap<Key, Arc<ConfigMap>>,
     pods: BTreeMap<Key, Arc<Pod>>,
@@ -159,10 +161,10 @@ impl Store {
             Object::EndpointSlice(o) => {
                 self.unindex_slice(&key);
                 if let Some(service) = slice_service(&key, &o) {
-                    self.slices_by_service
-                        .entry(service)
-                        .or_default()
-                        .insert(key.clone());
+                    let slices = self.slices_by_service.entry(service).or_default();
+                    if let Err(at) = slices.binary_search(&key) {
+                        slices.insert(at, key.clone());
+                    }
                 }
                 put(&mut self.endpoint_slices, &mut self.addresses, key, o);
             }
@@ -297,7 +299,9 @@ impl Store {
         };
         if let Some(service) = slice_service(key, old) {
             if let Some(set) = self.slices_by_service.get_mut(&service) {
-                set.remove(key);
+                if let Ok(at) = set.binary_search(key) {
+                    set.remove(at);
+                }
                 if set.is_empty() {
                     self.slices_by_service.remove(&service);
                 }

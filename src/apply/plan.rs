@@ -427,7 +427,7 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
 /// The first file haproxy.cfg names directly (CA bundle, client certificate to the pods) whose
 /// content differs, or that one side has and the other not.
 fn static_file_change(old: &Model, new: &Model) -> Option<String> {
-    let files = |m: &Model| -> BTreeMap<String, String> {
+    let files = |m: &Model| -> BTreeMap<String, Arc<str>> {
         m.tls
             .static_files
             .iter()
@@ -691,15 +691,15 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
     let old_pem: BTreeMap<&str, &str> = a
         .pem_files
         .iter()
-        .map(|p| (p.path.as_str(), p.content.as_str()))
+        .map(|p| (p.path.as_str(), &*p.content))
         .collect();
     for pem in &b.pem_files {
         match old_pem.get(pem.path.as_str()) {
-            Some(content) if *content == pem.content => {}
+            Some(content) if **content == *pem.content => {}
             Some(_) => {
                 plan.commands.push(Command::SetSslCert {
                     path: pem.path.clone(),
-                    pem: pem.content.clone(),
+                    pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
                     path: pem.path.clone(),
@@ -711,7 +711,7 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
                 });
                 plan.commands.push(Command::SetSslCert {
                     path: pem.path.clone(),
-                    pem: pem.content.clone(),
+                    pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
                     path: pem.path.clone(),
@@ -1086,7 +1086,7 @@ mod tests {
                 .iter()
                 .map(|(secret, content, _)| PemFile {
                     path: file_path("certs", &Key::new("ns", *secret), content),
-                    content: content.to_string(),
+                    content: (*content).into(),
                 })
                 .collect(),
             crt_list: certs
@@ -1109,7 +1109,7 @@ mod tests {
         assert_eq!(renamed.crt_list[0].path, running.crt_list[0].path);
         assert_eq!(renamed.crt_list[1].path, running.crt_list[1].path);
         assert_eq!(renamed.crt_list[2].path, new.crt_list[2].path);
-        assert_eq!(renamed.pem_files[0].content, "d2");
+        assert_eq!(&*renamed.pem_files[0].content, "d2");
         let mut plan = Plan::default();
         certificates(&running, &renamed, &mut plan);
         assert!(plan.reload_reasons.is_empty(), "{:?}", plan.reload_reasons);

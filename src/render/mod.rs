@@ -10,6 +10,7 @@ pub mod formatter;
 mod fragments;
 
 pub use content::Content;
+use content::{Part, Shared};
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -433,18 +434,17 @@ fn other_files(
     }
     // CA bundles and client certificates haproxy.cfg names directly, certificates named by
     // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults).
+    // Certificates are shared with the model, not copied.
     let contents = (model.tls.static_files.iter().chain(&model.tls.pem_files))
-        .map(|pem| (&pem.path, &pem.content, tls_kept))
-        .chain(
-            model
-                .errorfiles
-                .iter()
-                .map(|page| (&page.path, &page.content, pages_kept)),
-        );
+        .map(|pem| (&pem.path, Shared::from(pem.content.clone()), tls_kept))
+        .chain(model.errorfiles.iter().map(|page| {
+            let bytes = Shared::from(page.content.as_bytes().to_vec());
+            (&page.path, bytes, pages_kept)
+        }));
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {
             Some(bytes) => bytes,
-            None => Content::whole(content.as_bytes().to_vec()),
+            None => Content::assemble(Vec::new(), [Part::Shared(content)]),
         };
         files.insert(path.clone(), bytes);
     }

@@ -102,6 +102,8 @@ impl Memo {
         let run = inner.run;
         let list = inner.servers.entry(service.clone()).or_default();
         list.retain(|s| !(s.port == *port && s.slots_block == slots_block));
+        // Most Services have one port: no room for four (a push's first growth).
+        list.reserve_exact(1);
         list.push(Servers {
             port: port.clone(),
             slots_block,

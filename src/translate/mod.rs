@@ -325,7 +325,7 @@ struct Translator<'a> {
     redirects: Vec<RedirectClaim>,
     tls_entries: Vec<CrtListEntry>,
     default_certificate: Option<CrtListEntry>,
-    pem_files: BTreeMap<String, String>,
+    pem_files: BTreeMap<String, Arc<str>>,
     /// The default backend and what chose it, for messages.
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
@@ -337,7 +337,7 @@ struct Translator<'a> {
     /// `ssl-passthrough` hosts, resolved into the SNI map in `finish`.
     passthrough: Vec<tls_edge::PassthroughClaim>,
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
-    static_files: BTreeMap<String, String>,
+    static_files: BTreeMap<String, Arc<str>>,
     reuse: Reuse,
     /// Parts of the last run this one may take.
     prior: Option<parts::Prior<'a>>,
@@ -816,9 +816,10 @@ impl<'a> Translator<'a> {
             ingress,
             rank,
             has_canary: self.routes.iter().any(|r| r.canary.is_some()),
-            routes: self.routes,
-            redirects: self.redirects,
-            tls_entries: self.tls_entries,
+            // Kept until the Ingress changes: without the room their growth left.
+            routes: shrunk(self.routes),
+            redirects: shrunk(self.redirects),
+            tls_entries: shrunk(self.tls_entries),
             passthrough: self.passthrough,
             backends: self
                 .backends
@@ -1592,4 +1593,10 @@ fn policy_id(settings: &RouteSettings) -> String {
     let digest = Sha256::digest(json.as_bytes());
     let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
     format!("p{hex}")
+}
+
+/// `list` without spare capacity.
+fn shrunk<T>(mut list: Vec<T>) -> Vec<T> {
+    list.shrink_to_fit();
+    list
 }

@@ -41,7 +41,7 @@ pub struct IngressPart {
     pub(super) backends: Vec<Arc<Registration>>,
     pub(super) captures: Vec<FrontendCapture>,
     pub(super) userlists: Userlists,
-    pub(super) pem_files: Vec<(String, String)>,
+    pub(super) pem_files: Vec<(String, Arc<str>)>,
     pub(super) diagnostics: Vec<Diagnostic>,
     pub(super) previous_read: Vec<(Key, Option<PemFile>)>,
     pub(super) stable_until: Option<i64>,
@@ -122,10 +122,10 @@ impl PartsTls {
     }
 
     /// The certificate files of `parts` (which these were gathered from), by path.
-    pub(super) fn pem_files(parts: &[Arc<IngressPart>]) -> BTreeMap<&str, &str> {
+    pub(super) fn pem_files(parts: &[Arc<IngressPart>]) -> BTreeMap<&str, &Arc<str>> {
         let mut files = BTreeMap::new();
         for (path, content) in parts.iter().flat_map(|p| &p.pem_files) {
-            files.entry(path.as_str()).or_insert(content.as_str());
+            files.entry(path.as_str()).or_insert(content);
         }
         files
     }
@@ -148,8 +148,8 @@ pub(super) struct TlsKept {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct TlsMain {
     pub(super) default_certificate: Option<CrtListEntry>,
-    pub(super) pem_files: BTreeMap<String, String>,
-    pub(super) static_files: BTreeMap<String, String>,
+    pub(super) pem_files: BTreeMap<String, Arc<str>>,
+    pub(super) static_files: BTreeMap<String, Arc<str>>,
     pub(super) alpn: Vec<String>,
     pub(super) strict_sni: bool,
     pub(super) client_auth: Option<crate::model::ClientAuth>,
@@ -169,12 +169,12 @@ impl TlsMain {
         for (path, content) in &self.pem_files {
             pem_files.entry(path).or_insert(content);
         }
-        let files = |files: BTreeMap<&str, &str>| {
+        let files = |files: BTreeMap<&str, &Arc<str>>| {
             files
                 .into_iter()
                 .map(|(path, content)| PemFile {
                     path: path.to_string(),
-                    content: content.to_string(),
+                    content: content.clone(),
                 })
                 .collect()
         };
@@ -187,7 +187,7 @@ impl TlsMain {
             static_files: files(
                 self.static_files
                     .iter()
-                    .map(|(p, c)| (p.as_str(), c.as_str()))
+                    .map(|(p, c)| (p.as_str(), c))
                     .collect(),
             ),
         }
@@ -283,7 +283,7 @@ pub struct BackendPart {
     pub(super) build: Arc<Registration>,
     pub(super) backend: Arc<Backend>,
     pub(super) diagnostics: Vec<Diagnostic>,
-    pub(super) static_files: Vec<(String, String)>,
+    pub(super) static_files: Vec<(String, Arc<str>)>,
     /// Whether its servers follow its Service's endpoints (see `Reuse::endpoint_users`).
     pub(super) follows_endpoints: bool,
     /// Operations of the backend hook, charged again when the part is taken.

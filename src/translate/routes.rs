@@ -158,6 +158,8 @@ impl SortedClaims {
             push_claims(groups, group, &mut claims);
         }
         claims.sort_unstable_by(|a, b| claim_order(groups, a, b));
+        // Kept from run to run; the capacity was a bound (two claims a route).
+        claims.shrink_to_fit();
         SortedClaims(claims)
     }
 

@@ -99,7 +99,7 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     content.push_str(&encode_block(&key_block.0, &key_block.1));
     Ok(PemFile {
         path: file_path("certs", key, &content),
-        content,
+        content: content.into(),
     })
 }
 
@@ -128,7 +128,7 @@ pub fn ca_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     }
     Ok(PemFile {
         path: file_path("certs/ca", key, &content),
-        content,
+        content: content.into(),
     })
 }
 

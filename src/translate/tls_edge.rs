@@ -104,7 +104,7 @@ pub fn resolve_server_tls(
     store: &Store,
     service: &ObjectRef,
     diags: &mut Diagnostics,
-    files: &mut BTreeMap<String, String>,
+    files: &mut BTreeMap<String, std::sync::Arc<str>>,
 ) {
     if settings.server_ca.is_none() && settings.server_crt.is_none() {
         return;
