@@ -333,7 +333,8 @@ pub struct Backend {
     pub namespace: String,
     pub service: String,
     pub port: u16,
-    pub settings: BackendSettings,
+    /// Shared: most backends come out with the same settings.
+    pub settings: Arc<BackendSettings>,
     /// Route-scope settings of the routes that lead here, applied per route policy id.
     pub policies: Vec<RoutePolicy>,
     /// `SRV_1..SRV_n`. Shared: unchanged endpoints give the same slots run after run.

@@ -394,13 +394,18 @@ impl PolicyEngine {
         out
     }
 
-    pub fn run_backend(&self, ctx: &HookContext, diags: &mut Diagnostics) -> BackendSettings {
+    /// Backend settings, shared with the equal settings of other backends.
+    pub fn run_backend(
+        &self,
+        ctx: &HookContext,
+        diags: &mut Diagnostics,
+    ) -> std::sync::Arc<BackendSettings> {
         self.run_whole(Hook::Backend, ctx, diags, |diags| {
             let mut out = BackendSettings::default();
             self.run(Hook::Backend, ctx, diags, |m| {
                 settings::apply_backend(m, &mut out)
             });
-            out
+            std::sync::Arc::new(out)
         })
     }
 
@@ -827,7 +832,7 @@ fn backend(ctx) {
     }
 
     #[test]
-    fn equal_route_outcomes_share_their_settings() {
+    fn equal_hook_outcomes_share_their_settings() {
         let engine = PolicyEngine::load(None).unwrap();
         let outcome = |name: &str, allowed: &str| {
             let ingress = ObjectRef::new(Kind::Ingress, &Key::new("ns", name));
@@ -851,6 +856,27 @@ fn backend(ctx) {
         assert!(Arc::ptr_eq(&a.settings, &b.settings));
         assert!(!Arc::ptr_eq(&a.settings, &other.settings));
         assert_ne!(a.settings, other.settings);
+        // Backends alike.
+        let backend = |name: &str, balance: &str| {
+            let service = ObjectRef::new(Kind::Service, &Key::new("ns", name));
+            let annotations = [("haproxy.org/load-balance".to_string(), balance.to_string())];
+            let ctx = HookContext::new(
+                service.clone(),
+                vec![ValueSource::annotations(
+                    service,
+                    Arc::new(annotations.into_iter().collect()),
+                )],
+                BTreeMap::new(),
+            );
+            engine.run_backend(&ctx, &mut Diagnostics::new())
+        };
+        let (a, b, other) = (
+            backend("a", "leastconn"),
+            backend("b", "leastconn"),
+            backend("c", "source"),
+        );
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_ne!(a, other);
     }
 
     #[test]

@@ -21,13 +21,20 @@ pub const SECRET_DATA_KEY: &str = "dynamic-cookie-key";
 /// one, turns its cookie into a static one with a warning on `subject` (the backend's
 /// Service). A problem with the Secret itself is an error on the Secret.
 pub fn resolve(
-    settings: &mut BackendSettings,
+    settings: &mut std::sync::Arc<BackendSettings>,
     store: &Store,
     secret: Option<&Key>,
     subject: &ObjectRef,
     diags: &mut Diagnostics,
 ) {
-    let Some(cookie) = settings.cookie_persistence.as_mut() else {
+    // Settings without a cookie stay shared.
+    if settings.cookie_persistence.is_none() {
+        return;
+    }
+    let Some(cookie) = std::sync::Arc::make_mut(settings)
+        .cookie_persistence
+        .as_mut()
+    else {
         return;
     };
     cookie.key = None;
@@ -129,7 +136,9 @@ mod tests {
     fn run(settings: &mut BackendSettings, store: &Store, secret: Option<&Key>) -> Vec<String> {
         let mut diags = Diagnostics::new();
         let subject = ObjectRef::new(Kind::Service, &Key::new("shop", "web"));
-        resolve(settings, store, secret, &subject, &mut diags);
+        let mut shared = std::sync::Arc::new(settings.clone());
+        resolve(&mut shared, store, secret, &subject, &mut diags);
+        *settings = BackendSettings::clone(&shared);
         diags
             .into_sorted()
             .iter()

@@ -100,15 +100,17 @@ pub fn client_certificate(store: &Store, reference: &str) -> Result<PemFile, Str
 /// backend refuse every request (503): it must not fall back to unverified TLS, or to TLS
 /// without the certificate the pods expect.
 pub fn resolve_server_tls(
-    settings: &mut BackendSettings,
+    settings: &mut std::sync::Arc<BackendSettings>,
     store: &Store,
     service: &ObjectRef,
     diags: &mut Diagnostics,
     files: &mut BTreeMap<String, std::sync::Arc<str>>,
 ) {
+    // Settings without TLS to the pods stay shared.
     if settings.server_ca.is_none() && settings.server_crt.is_none() {
         return;
     }
+    let settings = std::sync::Arc::make_mut(settings);
     settings.server_ssl = true;
     if let Some(reference) = settings.server_ca.clone() {
         match ca_file(store, &reference) {
