@@ -345,19 +345,25 @@ impl Applier {
     /// After a reload, checks every server against the model and repairs what differs, so
     /// that no replica silently keeps an old address or a slot in maintenance.
     async fn repair_servers(&mut self, wanted: &Applied) {
-        let answer = match self
+        // Line by line: at 10 000 backends the answer is some 40 MB.
+        let check = plan::ServerCheck::new(&wanted.model);
+        let mut repairs = plan::Plan::default();
+        let read = self
             .runtime
-            .execute(&crate::haproxy::command::Command::ShowServersState)
-            .await
-        {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the servers' state after the reload");
-                return;
-            }
-        };
-        let state = plan::parse_servers_state(&answer);
-        let repairs = plan::server_repairs(&wanted.model, &state);
+            .execute_lines(
+                &crate::haproxy::command::Command::ShowServersState,
+                |line| {
+                    if let Some((backend, server, actual)) = plan::parse_server_state_line(line) {
+                        check.repair(backend, server, &actual, &mut repairs);
+                    }
+                },
+            )
+            .await;
+        if let Err(e) = read {
+            tracing::warn!(error = %e, "cannot read the servers' state after the reload");
+            return;
+        }
+        let repairs = repairs.commands;
         if repairs.is_empty() {
             return;
         }

@@ -275,26 +275,35 @@ pub struct ReportedServer {
 
 /// Parses `show servers state` (format version 1): (backend, server) → state.
 pub fn parse_servers_state(text: &str) -> BTreeMap<(String, String), ReportedServer> {
-    let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 19 {
-            continue;
-        }
-        let (Ok(admin), Ok(port)) = (f[6].parse::<u32>(), f[18].parse::<u16>()) else {
-            continue;
-        };
-        out.insert(
-            (f[1].to_string(), f[3].to_string()),
-            ReportedServer {
-                address: f[4].to_string(),
-                port,
-                // SRV_ADMF_FMAINT; the "configured" bit (0x04) stays set after `ready`.
-                maintenance: admin & 0x01 != 0,
-            },
-        );
+    text.lines()
+        .filter_map(parse_server_state_line)
+        .map(|(backend, server, state)| ((backend.to_string(), server.to_string()), state))
+        .collect()
+}
+
+/// One line of `show servers state` (format version 1): backend, server and state; `None`
+/// for the version line, comments and lines of another shape.
+pub fn parse_server_state_line(line: &str) -> Option<(&str, &str, ReportedServer)> {
+    if line.starts_with('#') {
+        return None;
     }
-    out
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() < 19 {
+        return None;
+    }
+    let (Ok(admin), Ok(port)) = (f[6].parse::<u32>(), f[18].parse::<u16>()) else {
+        return None;
+    };
+    Some((
+        f[1],
+        f[3],
+        ReportedServer {
+            address: f[4].to_string(),
+            port,
+            // SRV_ADMF_FMAINT; the "configured" bit (0x04) stays set after `ready`.
+            maintenance: admin & 0x01 != 0,
+        },
+    ))
 }
 
 /// Commands that bring every server to the model's state where HAProxy reports otherwise:
@@ -303,30 +312,63 @@ pub fn server_repairs(
     model: &Model,
     state: &BTreeMap<(String, String), ReportedServer>,
 ) -> Vec<Command> {
+    let check = ServerCheck::new(model);
     let mut plan = Plan::default();
-    for backend in model.backends.iter().chain(&model.tcp_backends) {
-        for slot in backend.servers.iter() {
-            let Some(actual) = state.get(&(backend.name.clone(), slot.name.to_string())) else {
-                continue;
-            };
-            let right = match &slot.address {
-                Some(address) => match address.parse::<IpAddr>() {
-                    Ok(ip) => {
-                        !actual.maintenance
-                            && actual.port == slot.port
-                            && actual.address.parse::<IpAddr>().ok() == Some(ip)
-                    }
-                    // DNS names are resolved by HAProxy; nothing to compare.
-                    Err(_) => true,
-                },
-                None => actual.maintenance,
-            };
-            if !right {
-                server_commands(&backend.name, &slot, &mut plan);
-            }
-        }
+    for ((backend, server), actual) in state {
+        check.repair(backend, server, actual, &mut plan);
     }
     plan.commands
+}
+
+/// Compares servers as HAProxy reports them, one at a time, with the model's slots.
+#[derive(Debug)]
+pub struct ServerCheck<'m> {
+    backends: std::collections::HashMap<&'m str, &'m Backend>,
+}
+
+impl<'m> ServerCheck<'m> {
+    pub fn new(model: &'m Model) -> Self {
+        Self {
+            backends: model
+                .backends
+                .iter()
+                .chain(&model.tcp_backends)
+                .map(|b| (b.name.as_str(), &**b))
+                .collect(),
+        }
+    }
+
+    /// Adds to `plan` the commands that bring `server` of `backend` from `actual` to the
+    /// model's slot; none for a server the model has not.
+    pub fn repair(&self, backend: &str, server: &str, actual: &ReportedServer, plan: &mut Plan) {
+        let Some(b) = self.backends.get(backend) else {
+            return;
+        };
+        let Some(slot) = server
+            .strip_prefix("SRV_")
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| b.servers.get(i))
+            .filter(|slot| &*slot.name == server)
+        else {
+            return;
+        };
+        let right = match &slot.address {
+            Some(address) => match address.parse::<IpAddr>() {
+                Ok(ip) => {
+                    !actual.maintenance
+                        && actual.port == slot.port
+                        && actual.address.parse::<IpAddr>().ok() == Some(ip)
+                }
+                // DNS names are resolved by HAProxy; nothing to compare.
+                Err(_) => true,
+            },
+            None => actual.maintenance,
+        };
+        if !right {
+            server_commands(backend, &slot, plan);
+        }
+    }
 }
 
 /// Whether `actual` (HAProxy's order after runtime commands) serves every name with the same

@@ -7,13 +7,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use super::command::{Command, CommandError};
 
 /// Answers longer than this are cut (a `show map` of a huge map, say).
 const MAX_ANSWER: usize = 64 << 20;
+
+/// Lines longer than this end an answer read line by line with an error: HAProxy writes none.
+const MAX_LINE: usize = 1 << 20;
 
 /// A command did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +77,74 @@ impl Client {
         Ok(answer)
     }
 
+    /// Sends a typed command and gives each line of HAProxy's answer to `each`, as it is
+    /// read: an answer of hundreds of thousands of lines (`show servers state` at 10 000
+    /// backends is some 40 MB) is never held whole. An answer whose first line says the
+    /// command failed is an error, and `each` sees none of it.
+    pub async fn execute_lines(
+        &self,
+        command: &Command,
+        mut each: impl FnMut(&str) + Send,
+    ) -> Result<(), ClientError> {
+        let wire = command.to_wire()?;
+        let label = command.to_string();
+        let io = |source| ClientError::Io {
+            command: label.clone(),
+            path: self.path.clone(),
+            source,
+        };
+        let work = async {
+            let mut stream =
+                UnixStream::connect(&self.path)
+                    .await
+                    .map_err(|source| ClientError::Connect {
+                        path: self.path.clone(),
+                        source,
+                    })?;
+            stream.write_all(wire.as_bytes()).await.map_err(io)?;
+            stream.shutdown().await.map_err(io)?;
+            let mut reader = tokio::io::BufReader::new(stream);
+            let mut line = Vec::new();
+            let mut first = true;
+            loop {
+                line.clear();
+                let read = (&mut reader)
+                    .take(MAX_LINE as u64)
+                    .read_until(b'\n', &mut line)
+                    .await
+                    .map_err(io)?;
+                if read == 0 {
+                    return Ok(());
+                }
+                if read == MAX_LINE && line.last() != Some(&b'\n') {
+                    return Err(io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("an answer line longer than {MAX_LINE} bytes"),
+                    )));
+                }
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\n', '\r']);
+                if first {
+                    first = false;
+                    if command.answer_is_error(text) {
+                        return Err(ClientError::Rejected {
+                            command: label.clone(),
+                            answer: text.trim().to_string(),
+                        });
+                    }
+                }
+                each(text);
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| ClientError::Timeout {
+                command: label.clone(),
+                path: self.path.clone(),
+                timeout: self.timeout,
+            })?
+    }
+
     async fn exchange(&self, label: &str, wire: &str) -> Result<String, ClientError> {
         let io = |source| ClientError::Io {
             command: label.to_string(),
@@ -96,7 +167,9 @@ impl Client {
                 .read_to_end(&mut answer)
                 .await
                 .map_err(io)?;
-            Ok(String::from_utf8_lossy(&answer).into_owned())
+            // Not copied when it is UTF-8, as HAProxy's answers are.
+            Ok(String::from_utf8(answer)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
         };
         tokio::time::timeout(self.timeout, work)
             .await
@@ -105,5 +178,69 @@ impl Client {
                 path: self.path.clone(),
                 timeout: self.timeout,
             })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::UnixListener;
+
+    /// A socket that answers every connection with `answer`, after reading the command.
+    fn serve(answer: Vec<u8>) -> (tempfile::TempDir, Client) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut command = Vec::new();
+                let _ = stream.read_to_end(&mut command).await;
+                let _ = stream.write_all(&answer).await;
+            }
+        });
+        (dir, Client::new(path, Duration::from_secs(10)))
+    }
+
+    #[tokio::test]
+    async fn answers_are_read_line_by_line() {
+        let mut answer = b"1\n# be_id be_name srv_id srv_name\n".to_vec();
+        for i in 0..50_000 {
+            answer.extend_from_slice(format!("3 be 1 SRV_{i} 10.0.0.1\r\n").as_bytes());
+        }
+        answer.extend_from_slice(b"last without newline");
+        let (_dir, client) = serve(answer);
+        let mut lines = Vec::new();
+        client
+            .execute_lines(&Command::ShowServersState, |l| lines.push(l.to_string()))
+            .await
+            .unwrap();
+        assert_eq!(lines.len(), 50_003);
+        assert_eq!(lines[0], "1");
+        assert_eq!(lines[2], "3 be 1 SRV_0 10.0.0.1");
+        assert_eq!(lines[50_001], "3 be 1 SRV_49999 10.0.0.1");
+        assert_eq!(lines[50_002], "last without newline");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_or_an_endless_line_is_an_error() {
+        let (_dir, client) = serve(b"Unknown command.\nmore\n".to_vec());
+        let mut seen = 0;
+        let refused = client
+            .execute_lines(&Command::ShowServersState, |_| seen += 1)
+            .await;
+        assert!(
+            matches!(&refused, Err(ClientError::Rejected { answer, .. }) if answer == "Unknown command."),
+            "{refused:?}"
+        );
+        assert_eq!(seen, 0);
+        let (_dir, client) = serve(vec![b'x'; MAX_LINE + 10]);
+        let endless = client
+            .execute_lines(&Command::ShowServersState, |_| seen += 1)
+            .await;
+        assert!(
+            matches!(endless, Err(ClientError::Io { .. })),
+            "{endless:?}"
+        );
+        assert_eq!(seen, 0);
     }
 }

@@ -377,14 +377,18 @@ impl Definitions {
 /// Every document of one file: objects, and why the others are not.
 fn parse_file(file: &Path, text: &str) -> Parsed {
     let mut out = Vec::new();
-    for (index, doc) in parse_documents(file, text).into_iter().enumerate() {
-        let index = index + 1;
+    let mut index = 0;
+    // Each document becomes objects before the next is parsed: a document's JSON value takes
+    // some ten times its text, and a file of 10 000 Ingresses' objects held as values at once
+    // was most of a cold start's peak memory.
+    for_each_document(file, text, |doc| {
+        index += 1;
         let values = match doc {
-            Ok(serde_json::Value::Null) => continue,
+            Ok(serde_json::Value::Null) => return,
             Ok(v) => expand_list(v),
             Err(reason) => {
                 out.push((index, Err(reason)));
-                continue;
+                return;
             }
         };
         for value in values {
@@ -394,7 +398,7 @@ fn parse_file(file: &Path, text: &str) -> Parsed {
                 Err(e) => out.push((index, Err(e.to_string()))),
             }
         }
-    }
+    });
     out
 }
 
@@ -441,26 +445,33 @@ fn is_manifest(path: &Path) -> bool {
     )
 }
 
-/// Splits a file into documents. A YAML syntax error ends the file at that document; the
-/// documents before it still load.
-fn parse_documents(path: &Path, text: &str) -> Vec<Result<serde_json::Value, String>> {
+/// Gives each document of a file to `each`, in order, one at a time. A YAML syntax error ends
+/// the file at that document; the documents before it still load.
+fn for_each_document(
+    path: &Path,
+    text: &str,
+    mut each: impl FnMut(Result<serde_json::Value, String>),
+) {
     if path.extension().and_then(|e| e.to_str()) == Some("json") {
-        return serde_json::Deserializer::from_str(text)
-            .into_iter::<serde_json::Value>()
-            .map(|r| r.map_err(|e| e.to_string()))
-            .collect();
+        for doc in serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>() {
+            let failed = doc.is_err();
+            each(doc.map_err(|e| e.to_string()));
+            // serde_json cannot resume after a syntax error: it would report it forever.
+            if failed {
+                break;
+            }
+        }
+        return;
     }
-    let mut docs = Vec::new();
     for de in serde_yaml::Deserializer::from_str(text) {
         match <serde_yaml::Value as serde::Deserialize>::deserialize(de) {
-            Ok(v) => docs.push(yaml_to_json(v)),
+            Ok(v) => each(yaml_to_json(v)),
             Err(e) => {
-                docs.push(Err(e.to_string()));
+                each(Err(e.to_string()));
                 break;
             }
         }
     }
-    docs
 }
 
 fn yaml_to_json(v: serde_yaml::Value) -> Result<serde_json::Value, String> {
