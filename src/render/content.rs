@@ -184,25 +184,31 @@ impl Content {
     }
 
     /// Bytes `range` of this content, as pieces of the same buffers (no bytes copied).
-    fn slice_into(&self, range: Range<usize>, out: &mut Builder) {
-        let mut offset = 0;
-        for piece in self.pieces.iter() {
-            let len = piece.range.len();
-            let (start, end) = (offset, offset + len);
-            offset = end;
-            if end <= range.start {
-                continue;
-            }
+    /// `at` is where the last call stopped (piece index, its offset): calls with ascending
+    /// ranges walk the pieces once between them, not from the start each time.
+    fn slice_into(&self, range: Range<usize>, out: &mut Builder, at: &mut (usize, usize)) {
+        let (mut index, mut offset) = *at;
+        while let Some(piece) = self.pieces.get(index) {
+            let (start, end) = (offset, offset + piece.range.len());
             if start >= range.end {
                 break;
             }
-            let from = range.start.max(start) - start;
-            let to = range.end.min(end) - start;
-            out.push(Piece {
-                buffer: piece.buffer.clone(),
-                range: piece.range.start + from..piece.range.start + to,
-            });
+            if end > range.start {
+                let from = range.start.max(start) - start;
+                let to = range.end.min(end) - start;
+                out.push(Piece {
+                    buffer: piece.buffer.clone(),
+                    range: piece.range.start + from..piece.range.start + to,
+                });
+            }
+            if end > range.end {
+                // The rest of this piece may follow a replacement.
+                break;
+            }
+            index += 1;
+            offset = end;
         }
+        *at = (index, offset);
     }
 
     /// This content with the byte ranges of `replacements` (ascending, not overlapping)
@@ -212,15 +218,17 @@ impl Content {
         &self,
         replacements: impl IntoIterator<Item = (Range<usize>, Shared)>,
     ) -> Content {
-        let mut out = Builder::default();
-        let mut copied = 0;
+        let mut out = Builder {
+            pieces: Vec::with_capacity(self.pieces.len() + 8),
+        };
+        let (mut copied, mut at) = (0, (0, 0));
         for (range, text) in replacements {
             debug_assert!(copied <= range.start && range.end <= self.len);
-            self.slice_into(copied..range.start, &mut out);
+            self.slice_into(copied..range.start, &mut out, &mut at);
             out.push(Piece::whole(text));
             copied = range.end;
         }
-        self.slice_into(copied..self.len, &mut out);
+        self.slice_into(copied..self.len, &mut out, &mut at);
         if out.pieces.len() > self.made_of.max(1) + MAX_PIECES {
             let mut all = Vec::with_capacity(self.len);
             for piece in &out.pieces {
