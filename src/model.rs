@@ -368,7 +368,7 @@ pub struct ServerSlots {
     used: Vec<UsedSlot>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct UsedSlot {
     index: u32,
     port: u16,
@@ -434,6 +434,25 @@ impl ServerSlots {
         let at = u32::try_from(index).ok()?;
         let found = self.used.binary_search_by_key(&at, |u| u.index).ok()?;
         self.used.get(found)
+    }
+
+    /// The slots as they are held (the count and the used ones): equal for equal slots, and
+    /// a fraction of the whole list to serialize (for fingerprints).
+    pub fn compact(&self) -> impl Serialize + '_ {
+        #[derive(Serialize)]
+        struct Compact<'a> {
+            count: u32,
+            used: &'a [UsedSlot],
+        }
+        Compact {
+            count: self.count,
+            used: &self.used,
+        }
+    }
+
+    /// The address and port of slot `index`, when it holds an endpoint.
+    pub fn occupant(&self, index: usize) -> Option<(&str, u16)> {
+        self.used_at(index).map(|u| (&*u.address, u.port))
     }
 
     /// Every slot, in order.
