@@ -88,21 +88,8 @@ impl Client {
     ) -> Result<(), ClientError> {
         let wire = command.to_wire()?;
         let label = command.to_string();
-        let io = |source| ClientError::Io {
-            command: label.clone(),
-            path: self.path.clone(),
-            source,
-        };
         let work = async {
-            let mut stream =
-                UnixStream::connect(&self.path)
-                    .await
-                    .map_err(|source| ClientError::Connect {
-                        path: self.path.clone(),
-                        source,
-                    })?;
-            stream.write_all(wire.as_bytes()).await.map_err(io)?;
-            stream.shutdown().await.map_err(io)?;
+            let stream = self.send(&label, &wire).await?;
             let mut reader = tokio::io::BufReader::new(stream);
             let mut line = Vec::new();
             let mut first = true;
@@ -112,15 +99,16 @@ impl Client {
                     .take(MAX_LINE as u64)
                     .read_until(b'\n', &mut line)
                     .await
-                    .map_err(io)?;
+                    .map_err(|e| self.io_error(&label, e))?;
                 if read == 0 {
                     return Ok(());
                 }
                 if read == MAX_LINE && line.last() != Some(&b'\n') {
-                    return Err(io(std::io::Error::new(
+                    let long = std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!("an answer line longer than {MAX_LINE} bytes"),
-                    )));
+                    );
+                    return Err(self.io_error(&label, long));
                 }
                 let text = String::from_utf8_lossy(&line);
                 let text = text.trim_end_matches(['\n', '\r']);
@@ -136,41 +124,59 @@ impl Client {
                 each(text);
             }
         };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| ClientError::Timeout {
-                command: label.clone(),
-                path: self.path.clone(),
-                timeout: self.timeout,
-            })?
+        self.timed(&label, work).await
     }
 
     async fn exchange(&self, label: &str, wire: &str) -> Result<String, ClientError> {
-        let io = |source| ClientError::Io {
-            command: label.to_string(),
-            path: self.path.clone(),
-            source,
-        };
         let work = async {
-            let mut stream =
-                UnixStream::connect(&self.path)
-                    .await
-                    .map_err(|source| ClientError::Connect {
-                        path: self.path.clone(),
-                        source,
-                    })?;
-            stream.write_all(wire.as_bytes()).await.map_err(io)?;
-            stream.shutdown().await.map_err(io)?;
+            let mut stream = self.send(label, wire).await?;
             let mut answer = Vec::new();
             (&mut stream)
                 .take(MAX_ANSWER as u64)
                 .read_to_end(&mut answer)
                 .await
-                .map_err(io)?;
+                .map_err(|e| self.io_error(label, e))?;
             // Not copied when it is UTF-8, as HAProxy's answers are.
             Ok(String::from_utf8(answer)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
         };
+        self.timed(label, work).await
+    }
+
+    /// Connects, sends `wire` and half-closes: the stream then holds the answer.
+    async fn send(&self, label: &str, wire: &str) -> Result<UnixStream, ClientError> {
+        let mut stream =
+            UnixStream::connect(&self.path)
+                .await
+                .map_err(|source| ClientError::Connect {
+                    path: self.path.clone(),
+                    source,
+                })?;
+        stream
+            .write_all(wire.as_bytes())
+            .await
+            .map_err(|e| self.io_error(label, e))?;
+        stream
+            .shutdown()
+            .await
+            .map_err(|e| self.io_error(label, e))?;
+        Ok(stream)
+    }
+
+    fn io_error(&self, label: &str, source: std::io::Error) -> ClientError {
+        ClientError::Io {
+            command: label.to_string(),
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// `work` within the client's timeout.
+    async fn timed<T>(
+        &self,
+        label: &str,
+        work: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
         tokio::time::timeout(self.timeout, work)
             .await
             .map_err(|_| ClientError::Timeout {

@@ -834,40 +834,35 @@ fn backend(ctx) {
     #[test]
     fn equal_hook_outcomes_share_their_settings() {
         let engine = PolicyEngine::load(None).unwrap();
-        let outcome = |name: &str, allowed: &str| {
-            let ingress = ObjectRef::new(Kind::Ingress, &Key::new("ns", name));
-            let annotations = [("haproxy.org/allow-list".to_string(), allowed.to_string())];
-            let ctx = HookContext::new(
-                ingress.clone(),
+        // A context of object `name` of `kind` with one annotation.
+        let ctx = |kind: Kind, name: &str, annotation: &str, value: &str| {
+            let object = ObjectRef::new(kind, &Key::new("ns", name));
+            let annotations = [(annotation.to_string(), value.to_string())];
+            HookContext::new(
+                object.clone(),
                 vec![ValueSource::annotations(
-                    ingress,
+                    object,
                     Arc::new(annotations.into_iter().collect()),
                 )],
                 BTreeMap::new(),
-            );
-            engine.run_route(&ctx, &mut Diagnostics::new())
+            )
+        };
+        let route = |name: &str, allowed: &str| {
+            let ctx = ctx(Kind::Ingress, name, "haproxy.org/allow-list", allowed);
+            engine.run_route(&ctx, &mut Diagnostics::new()).settings
         };
         let (a, b, other) = (
-            outcome("a", "10.0.0.0/8"),
-            outcome("b", "10.0.0.0/8"),
-            outcome("c", "10.1.0.0/16"),
+            route("a", "10.0.0.0/8"),
+            route("b", "10.0.0.0/8"),
+            route("c", "10.1.0.0/16"),
         );
         // Different objects, so different runs; equal results, so one `RouteSettings`.
-        assert!(Arc::ptr_eq(&a.settings, &b.settings));
-        assert!(!Arc::ptr_eq(&a.settings, &other.settings));
-        assert_ne!(a.settings, other.settings);
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_ne!(a, other);
         // Backends alike.
         let backend = |name: &str, balance: &str| {
-            let service = ObjectRef::new(Kind::Service, &Key::new("ns", name));
-            let annotations = [("haproxy.org/load-balance".to_string(), balance.to_string())];
-            let ctx = HookContext::new(
-                service.clone(),
-                vec![ValueSource::annotations(
-                    service,
-                    Arc::new(annotations.into_iter().collect()),
-                )],
-                BTreeMap::new(),
-            );
+            let ctx = ctx(Kind::Service, name, "haproxy.org/load-balance", balance);
             engine.run_backend(&ctx, &mut Diagnostics::new())
         };
         let (a, b, other) = (
