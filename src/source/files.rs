@@ -286,6 +286,8 @@ impl Definitions {
                     continue;
                 };
                 let list = self.by_key.entry((*kind, key.clone())).or_default();
+                // Nearly every object is defined once: no room for four (a push's first growth).
+                list.reserve_exact(1);
                 let at = list.partition_point(|d| (&*d.path, d.index) < (path.as_path(), *index));
                 list.insert(
                     at,
