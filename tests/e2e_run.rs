@@ -1494,3 +1494,66 @@ fn restarts_on_the_same_directories() {
     assert_eq!(h.who("keep.example.com", "/"), "new");
     assert_eq!(h.reloads(), (0, 0));
 }
+
+/// The controller reads `show servers state` line by line after a reload (to repair servers);
+/// against the real HAProxy, the lines read that way are the whole answer, and the endpoints
+/// are in them.
+#[test]
+fn servers_state_read_line_by_line_is_the_whole_answer() {
+    use portcullis::apply::plan::parse_server_state_line;
+    use portcullis::haproxy::client::Client;
+    use portcullis::haproxy::command::Command;
+
+    let mut h = Harness::new();
+    let a = h.echo("pool-a");
+    let b = h.echo("pool-b");
+    h.write(
+        "app.yaml",
+        &format!(
+            "{}---\n{}---\n{}",
+            service(NS, "pool", &[("haproxy.org/scale-server-slots", "4")]),
+            ingress(
+                NS,
+                "pools",
+                &[route(Some("pool.example.com"), "/", "Prefix", "pool")],
+                None,
+                &[],
+            ),
+            endpoint_slices(NS, "pool", &[("a", a, true), ("b", b, true)]),
+        ),
+    );
+    h.start(&[]);
+    let want = BTreeSet::from(["pool-a".to_string(), "pool-b".to_string()]);
+    assert!(
+        poll(APPLY_TIMEOUT, || (h.answering("pool.example.com", "/", 6)
+            == want)
+            .then_some(()))
+        .is_some()
+    );
+    let client = Client::new(h.runtime_dir().join("admin.sock"), Duration::from_secs(10));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let whole = runtime
+        .block_on(client.execute(&Command::ShowServersState))
+        .unwrap();
+    let mut lines = Vec::new();
+    runtime
+        .block_on(client.execute_lines(&Command::ShowServersState, |l| lines.push(l.to_string())))
+        .unwrap();
+    assert_eq!(lines, whole.lines().collect::<Vec<_>>());
+    let pool: Vec<(String, u16)> = lines
+        .iter()
+        .filter_map(|l| parse_server_state_line(l))
+        .filter(|(backend, _, state)| backend.contains("_pool_") && !state.maintenance)
+        .map(|(_, _, state)| (state.address, state.port))
+        .collect();
+    assert_eq!(pool.len(), 2, "{lines:?}");
+    assert!(
+        pool.iter().all(|(address, _)| address == "127.0.0.1"),
+        "{pool:?}"
+    );
+    let ports: BTreeSet<u16> = pool.iter().map(|p| p.1).collect();
+    assert_eq!(ports, BTreeSet::from([a, b]));
+}
