@@ -991,6 +991,16 @@ mod tests {
     }
 
     #[test]
+    fn slot_names_are_numbered_from_one_and_shared() {
+        let three: Vec<String> = slot_names(3).iter().map(|n| n.to_string()).collect();
+        assert_eq!(three, ["SRV_1", "SRV_2", "SRV_3"]);
+        let more = slot_names(45);
+        assert_eq!(&*more[44], "SRV_45");
+        assert!(Arc::ptr_eq(&slot_names(2)[1], &more[1]));
+        assert!(slot_names(0).is_empty());
+    }
+
+    #[test]
     fn clearing_leaves_every_slot_unused() {
         let mut slots = ServerSlots::from_occupants(3, [(1, "10.0.0.1".to_string(), 80)]);
         assert_eq!(slots.get(1).unwrap().address.as_deref(), Some("10.0.0.1"));

@@ -89,7 +89,12 @@ const MAX_PIECES: usize = 1024;
 impl Content {
     /// The content of `bytes`, in one piece.
     pub fn whole(bytes: Vec<u8>) -> Self {
-        Self::of_pieces(vec![Piece::whole(bytes.into())])
+        Self::shared(bytes.into())
+    }
+
+    /// The content of a shared buffer, in one piece (not copied).
+    pub(crate) fn shared(buffer: Shared) -> Self {
+        Self::of_pieces(vec![Piece::whole(buffer)])
     }
 
     /// The concatenation of `parts`: byte ranges of `own` and whole shared buffers. Nothing

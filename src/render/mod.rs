@@ -10,7 +10,7 @@ pub mod formatter;
 mod fragments;
 
 pub use content::Content;
-use content::{Part, Shared};
+use content::Shared;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -444,7 +444,7 @@ fn other_files(
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {
             Some(bytes) => bytes,
-            None => Content::assemble(Vec::new(), [Part::Shared(content)]),
+            None => Content::shared(content),
         };
         files.insert(path.clone(), bytes);
     }

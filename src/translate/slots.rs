@@ -75,22 +75,6 @@ mod tests {
 
     use proptest::prelude::*;
 
-    #[test]
-    fn slot_names_are_numbered_from_one_and_shared() {
-        let three: Vec<String> = crate::model::slot_names(3)
-            .iter()
-            .map(|n| n.to_string())
-            .collect();
-        assert_eq!(three, ["SRV_1", "SRV_2", "SRV_3"]);
-        let more = crate::model::slot_names(45);
-        assert_eq!(&*more[44], "SRV_45");
-        assert!(std::sync::Arc::ptr_eq(
-            &crate::model::slot_names(2)[1],
-            &more[1]
-        ));
-        assert!(crate::model::slot_names(0).is_empty());
-    }
-
     use super::*;
 
     fn placement(endpoints: &[Endpoint], slots: usize) -> BTreeMap<Endpoint, usize> {
