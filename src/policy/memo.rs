@@ -163,29 +163,23 @@ impl Memo {
         state.leaves = leaves;
     }
 
-    /// The remembered outcome of `script`'s `hook` for a context that answers `replay` the
-    /// way an earlier one did.
-    pub fn find(
+    /// A reader of the memo, for the finds of one hook run (every script of the hook, in
+    /// turn): one read lock instead of one per script. The workers of a cold run find
+    /// results a million times at 10 000 Ingresses; taking the lock for each made the two
+    /// cores fight over it. Drop it before remembering.
+    pub fn reader(&self) -> Reader<'_> {
+        Reader(self.state.read().ok())
+    }
+
+    /// [`Reader::find`] with a reader of its own.
+    pub fn find<R>(
         &self,
         script: u64,
         hook: Hook,
-        mut replay: impl FnMut(&ReadKey) -> ReadValue,
-    ) -> Option<Arc<Outcome>> {
-        let state = self.state.read().ok()?;
-        let run = state.run;
-        let mut node = state.roots.get(&(script, hook))?;
-        loop {
-            match node {
-                Node::Read { key, next } => {
-                    let value = replay(key);
-                    node = next.get(&value)?;
-                }
-                Node::Leaf { outcome, run: used } => {
-                    used.fetch_max(run, Ordering::Relaxed);
-                    return Some(outcome.clone());
-                }
-            }
-        }
+        replay: impl FnMut(&ReadKey) -> ReadValue,
+        use_outcome: impl FnOnce(&Outcome) -> R,
+    ) -> Option<R> {
+        self.reader().find(script, hook, replay, use_outcome)
     }
 
     /// Remembers a call. A trace that disagrees with the tree (a read where the tree has
@@ -254,6 +248,49 @@ impl Memo {
     }
 }
 
+/// The memo held for reading ([`Memo::reader`]).
+pub struct Reader<'a>(Option<std::sync::RwLockReadGuard<'a, State>>);
+
+impl std::fmt::Debug for Reader<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Reader<'_> {
+    /// `use_outcome` of the remembered outcome of `script`'s `hook` for a context that
+    /// answers `replay` the way an earlier one did.
+    ///
+    /// The outcome is lent, not shared: the workers of a cold run find the same few outcomes
+    /// hundreds of thousands of times, and counting references to them (or marking them used
+    /// when they already are) made the two cores fight over those cache lines.
+    pub fn find<R>(
+        &self,
+        script: u64,
+        hook: Hook,
+        mut replay: impl FnMut(&ReadKey) -> ReadValue,
+        use_outcome: impl FnOnce(&Outcome) -> R,
+    ) -> Option<R> {
+        let state = self.0.as_ref()?;
+        let run = state.run;
+        let mut node = state.roots.get(&(script, hook))?;
+        loop {
+            match node {
+                Node::Read { key, next } => {
+                    let value = replay(key);
+                    node = next.get(&value)?;
+                }
+                Node::Leaf { outcome, run: used } => {
+                    if used.load(Ordering::Relaxed) < run {
+                        used.fetch_max(run, Ordering::Relaxed);
+                    }
+                    return Some(use_outcome(outcome));
+                }
+            }
+        }
+    }
+}
+
 /// Whole hook runs (every script of one hook, applied) remembered by the complete inputs of
 /// their context ([`HookContext::hash_inputs`]: the subject, every source's annotations, the
 /// Service's, the facts). An object whose inputs did not change since the last pipeline run
@@ -263,18 +300,35 @@ impl Memo {
 /// The key is a 128-bit fingerprint (two SipHash runs under independent random keys), not
 /// the inputs themselves, which would double the memory a large cluster needs; the chance
 /// that two different inputs among a million collide is about 2^-89.
-#[derive(Default)]
+///
+/// The entries are in shards by key, each behind its own lock: the workers of a cold run
+/// look up and remember tens of thousands at once.
 pub struct WholeRuns {
-    state: Mutex<WholeState>,
+    shards: Vec<Mutex<WholeState>>,
+    /// By hook, the last few distinct values remembered, newest first (see `shared`).
+    recent: Mutex<HashMap<Hook, std::collections::VecDeque<Arc<dyn std::any::Any + Send + Sync>>>>,
     keys: (std::hash::RandomState, std::hash::RandomState),
+}
+
+/// How many shards [`WholeRuns`] has (a power of two).
+const WHOLE_SHARDS: usize = 16;
+
+impl Default for WholeRuns {
+    fn default() -> Self {
+        Self {
+            shards: std::iter::repeat_with(Mutex::default)
+                .take(WHOLE_SHARDS)
+                .collect(),
+            recent: Mutex::default(),
+            keys: Default::default(),
+        }
+    }
 }
 
 #[derive(Default)]
 struct WholeState {
     run: u64,
     entries: HashMap<(Hook, u128), WholeRun>,
-    /// By hook, the last few distinct values remembered, newest first (see `shared`).
-    recent: HashMap<Hook, std::collections::VecDeque<Arc<dyn std::any::Any + Send + Sync>>>,
 }
 
 /// How many distinct values `WholeRuns::shared` compares a new one with.
@@ -310,11 +364,17 @@ impl std::fmt::Debug for WholeRuns {
 impl WholeRuns {
     /// A new pipeline run: drops what the previous run did not use.
     pub fn begin_run(&self) {
-        if let Ok(mut state) = self.state.lock() {
-            let keep_from = state.run;
-            state.run += 1;
-            state.entries.retain(|_, e| e.run >= keep_from);
+        for shard in &self.shards {
+            if let Ok(mut state) = shard.lock() {
+                let keep_from = state.run;
+                state.run += 1;
+                state.entries.retain(|_, e| e.run >= keep_from);
+            }
         }
+    }
+
+    fn shard(&self, key: u128) -> &Mutex<WholeState> {
+        &self.shards[(key as usize) & (WHOLE_SHARDS - 1)]
     }
 
     /// The fingerprint of `ctx`'s inputs.
@@ -335,10 +395,10 @@ impl WholeRuns {
         hook: Hook,
         value: T,
     ) -> Arc<dyn std::any::Any + Send + Sync> {
-        let Ok(mut state) = self.state.lock() else {
+        let Ok(mut recent) = self.recent.lock() else {
             return Arc::new(value);
         };
-        let recent = state.recent.entry(hook).or_default();
+        let recent = recent.entry(hook).or_default();
         if let Some(at) = recent
             .iter()
             .position(|r| r.downcast_ref::<T>() == Some(&value))
@@ -354,7 +414,7 @@ impl WholeRuns {
     }
 
     pub fn find(&self, hook: Hook, key: u128) -> Option<WholeRun> {
-        let mut state = self.state.lock().ok()?;
+        let mut state = self.shard(key).lock().ok()?;
         let run = state.run;
         let entry = state.entries.get_mut(&(hook, key))?;
         entry.run = run;
@@ -369,8 +429,8 @@ impl WholeRuns {
         diagnostics: Vec<Diagnostic>,
         operations: u64,
     ) {
-        if let Ok(mut state) = self.state.lock() {
-            if state.entries.len() >= MAX_LEAVES {
+        if let Ok(mut state) = self.shard(key).lock() {
+            if state.entries.len() >= MAX_LEAVES / WHOLE_SHARDS {
                 state.entries.clear();
             }
             let run = state.run;
@@ -387,7 +447,10 @@ impl WholeRuns {
     }
 
     pub fn len(&self) -> usize {
-        self.state.lock().map(|s| s.entries.len()).unwrap_or(0)
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().map(|s| s.entries.len()).unwrap_or(0))
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -443,6 +506,28 @@ mod tests {
         );
     }
 
+    #[test]
+    fn whole_runs_are_found_in_every_shard_and_dropped_when_unused() {
+        let runs = WholeRuns::default();
+        runs.begin_run();
+        let keys: Vec<u128> = (0..100u128).map(|i| i * 0x9e37_79b9_7f4a_7c15).collect();
+        for (i, &key) in keys.iter().enumerate() {
+            let value = runs.shared(Hook::Route, i);
+            runs.remember(Hook::Route, key, value, Vec::new(), 3);
+        }
+        assert_eq!(runs.len(), keys.len());
+        runs.begin_run();
+        for (i, &key) in keys.iter().enumerate().step_by(2) {
+            let found = runs.find(Hook::Route, key).unwrap();
+            assert_eq!(found.value.downcast_ref::<usize>(), Some(&i));
+            assert_eq!(found.operations, 3);
+            assert!(runs.find(Hook::Backend, key).is_none());
+        }
+        runs.begin_run();
+        assert_eq!(runs.len(), keys.len() / 2);
+        assert!(runs.find(Hook::Route, keys[1]).is_none());
+    }
+
     fn outcome(v: i64) -> Outcome {
         Outcome {
             value: Dynamic::from(v),
@@ -493,20 +578,19 @@ mod tests {
                 _ => found(&b),
             }
         };
-        let hit = memo.find(0, Hook::Route, answer("1", "x")).unwrap();
-        assert_eq!(hit.value.as_int().unwrap(), 1);
-        assert_eq!(hit.operations, 7);
+        let value = |o: &Outcome| o.value.as_int().unwrap();
+        assert_eq!(memo.find(0, Hook::Route, answer("1", "x"), value), Some(1));
         assert_eq!(
-            memo.find(0, Hook::Route, answer("", "y"))
-                .unwrap()
-                .value
-                .as_int()
-                .unwrap(),
-            2
+            memo.find(0, Hook::Route, answer("1", "x"), |o| o.operations),
+            Some(7)
         );
-        assert!(memo.find(0, Hook::Route, answer("1", "y")).is_none());
-        assert!(memo.find(1, Hook::Route, answer("1", "x")).is_none());
-        assert!(memo.find(0, Hook::Backend, answer("1", "x")).is_none());
+        assert_eq!(memo.find(0, Hook::Route, answer("", "y"), value), Some(2));
+        assert!(memo.find(0, Hook::Route, answer("1", "y"), value).is_none());
+        assert!(memo.find(1, Hook::Route, answer("1", "x"), value).is_none());
+        assert!(
+            memo.find(0, Hook::Backend, answer("1", "x"), value)
+                .is_none()
+        );
     }
 
     #[test]
@@ -516,10 +600,10 @@ mod tests {
         memo.remember(0, Hook::Route, vec![(lookup("a"), found("1"))], outcome(1));
         memo.remember(0, Hook::Route, vec![(lookup("a"), found("2"))], outcome(2));
         memo.begin_run();
-        assert!(memo.find(0, Hook::Route, |_| found("1")).is_some());
+        assert!(memo.find(0, Hook::Route, |_| found("1"), |_| ()).is_some());
         memo.begin_run();
         assert_eq!(memo.len(), 1);
-        assert!(memo.find(0, Hook::Route, |_| found("2")).is_none());
-        assert!(memo.find(0, Hook::Route, |_| found("1")).is_some());
+        assert!(memo.find(0, Hook::Route, |_| found("2"), |_| ()).is_none());
+        assert!(memo.find(0, Hook::Route, |_| found("1"), |_| ()).is_some());
     }
 }

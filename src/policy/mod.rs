@@ -471,33 +471,36 @@ impl PolicyEngine {
         diags: &mut Diagnostics,
         mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
     ) {
+        // Held across the scripts that replay; let go before one runs (and is remembered).
+        let mut reader = None;
         for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
             ctx.set_script(&script.display);
             // Remembered for a context that reads the same: replayed, with the operations the
             // call used charged again, unless they would exhaust the run's budget (then the
             // script runs and stops where any replica stops).
             let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
-            if let Some(outcome) = self
-                .memo
-                .find(script.memo_id, hook, |key| ctx.replay(key))
-                .filter(|o| spent.saturating_add(o.operations) <= self.run_budget)
-            {
-                RUN_OPERATIONS.with(|r| r.set(spent + outcome.operations));
-                for report in &outcome.reports {
-                    if let Some(d) = ctx.resolve(report) {
-                        diags.push(d);
+            let replayed = reader.get_or_insert_with(|| self.memo.reader()).find(
+                script.memo_id,
+                hook,
+                |key| ctx.replay(key),
+                |outcome| {
+                    if spent.saturating_add(outcome.operations) > self.run_budget {
+                        return false;
                     }
-                }
-                self.apply_result(
-                    hook,
-                    ctx,
-                    script,
-                    Ok(outcome.value.clone()),
-                    diags,
-                    &mut apply,
-                );
+                    RUN_OPERATIONS.with(|r| r.set(spent + outcome.operations));
+                    for report in &outcome.reports {
+                        if let Some(d) = ctx.resolve(report) {
+                            diags.push(d);
+                        }
+                    }
+                    self.apply_result(hook, ctx, script, Ok(&outcome.value), diags, &mut apply);
+                    true
+                },
+            );
+            if replayed == Some(true) {
                 continue;
             }
+            reader = None;
             CALL.with(|c| c.set((Some(std::time::Instant::now()), 0)));
             ctx.begin_trace();
             // A panic inside the engine or an accessor must only cost this object its settings.
@@ -537,7 +540,14 @@ impl PolicyEngine {
             for d in ctx.take_diagnostics() {
                 diags.push(d);
             }
-            self.apply_result(hook, ctx, script, result, diags, &mut apply);
+            self.apply_result(
+                hook,
+                ctx,
+                script,
+                result.as_ref().map_err(|e| &**e),
+                diags,
+                &mut apply,
+            );
         }
     }
 
@@ -547,7 +557,7 @@ impl PolicyEngine {
         hook: Hook,
         ctx: &HookContext,
         script: &Script,
-        result: Result<Dynamic, Box<rhai::EvalAltResult>>,
+        result: Result<&Dynamic, &rhai::EvalAltResult>,
         diags: &mut Diagnostics,
         apply: &mut impl FnMut(&Map) -> Vec<settings::KeyError>,
     ) {
@@ -561,13 +571,13 @@ impl PolicyEngine {
         };
         match result {
             Ok(v) if v.is_unit() => {}
-            Ok(v) => match v.try_cast::<Map>() {
-                Some(map) => {
+            Ok(v) => match v.as_map_ref() {
+                Ok(map) => {
                     for (key, message) in apply(&map) {
                         diags.push(script_error(format!("setting {key}: {message}")));
                     }
                 }
-                None => diags.push(script_error(
+                Err(_) => diags.push(script_error(
                     "the hook must return a map of settings or nothing".to_string(),
                 )),
             },
