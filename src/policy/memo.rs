@@ -176,17 +176,6 @@ impl Memo {
         Reader(self.state.read().ok())
     }
 
-    /// [`Reader::find`] with a reader of its own.
-    pub fn find<R>(
-        &self,
-        script: u64,
-        hook: Hook,
-        replay: impl FnMut(&ReadKey) -> ReadValue,
-        use_outcome: impl FnOnce(&Outcome) -> R,
-    ) -> Option<R> {
-        self.reader().find(script, hook, replay, use_outcome)
-    }
-
     /// Remembers a call. A trace that disagrees with the tree (a read where the tree has
     /// another) is not remembered: that would mean the hook is not a function of its reads.
     pub fn remember(
@@ -521,6 +510,11 @@ mod tests {
             runs.remember(Hook::Route, key, value, Vec::new(), 3);
         }
         assert_eq!(runs.len(), keys.len());
+        assert!(
+            runs.shards
+                .iter()
+                .all(|shard| !shard.lock().unwrap().entries.is_empty())
+        );
         runs.begin_run();
         for (i, &key) in keys.iter().enumerate().step_by(2) {
             let found = runs.find(Hook::Route, key).unwrap();
@@ -584,16 +578,32 @@ mod tests {
             }
         };
         let value = |o: &Outcome| o.value.as_int().unwrap();
-        assert_eq!(memo.find(0, Hook::Route, answer("1", "x"), value), Some(1));
         assert_eq!(
-            memo.find(0, Hook::Route, answer("1", "x"), |o| o.operations),
+            memo.reader().find(0, Hook::Route, answer("1", "x"), value),
+            Some(1)
+        );
+        assert_eq!(
+            memo.reader()
+                .find(0, Hook::Route, answer("1", "x"), |o| o.operations),
             Some(7)
         );
-        assert_eq!(memo.find(0, Hook::Route, answer("", "y"), value), Some(2));
-        assert!(memo.find(0, Hook::Route, answer("1", "y"), value).is_none());
-        assert!(memo.find(1, Hook::Route, answer("1", "x"), value).is_none());
+        assert_eq!(
+            memo.reader().find(0, Hook::Route, answer("", "y"), value),
+            Some(2)
+        );
         assert!(
-            memo.find(0, Hook::Backend, answer("1", "x"), value)
+            memo.reader()
+                .find(0, Hook::Route, answer("1", "y"), value)
+                .is_none()
+        );
+        assert!(
+            memo.reader()
+                .find(1, Hook::Route, answer("1", "x"), value)
+                .is_none()
+        );
+        assert!(
+            memo.reader()
+                .find(0, Hook::Backend, answer("1", "x"), value)
                 .is_none()
         );
     }
@@ -605,10 +615,22 @@ mod tests {
         memo.remember(0, Hook::Route, vec![(lookup("a"), found("1"))], outcome(1));
         memo.remember(0, Hook::Route, vec![(lookup("a"), found("2"))], outcome(2));
         memo.begin_run();
-        assert!(memo.find(0, Hook::Route, |_| found("1"), |_| ()).is_some());
+        assert!(
+            memo.reader()
+                .find(0, Hook::Route, |_| found("1"), |_| ())
+                .is_some()
+        );
         memo.begin_run();
         assert_eq!(memo.len(), 1);
-        assert!(memo.find(0, Hook::Route, |_| found("2"), |_| ()).is_none());
-        assert!(memo.find(0, Hook::Route, |_| found("1"), |_| ()).is_some());
+        assert!(
+            memo.reader()
+                .find(0, Hook::Route, |_| found("2"), |_| ())
+                .is_none()
+        );
+        assert!(
+            memo.reader()
+                .find(0, Hook::Route, |_| found("1"), |_| ())
+                .is_some()
+        );
     }
 }
