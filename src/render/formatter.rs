@@ -13,39 +13,50 @@ fn forbidden_in_token(c: char) -> bool {
     c.is_whitespace() || c.is_control() || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%' | '`')
 }
 
+/// The first character of `s` that may not appear in an unquoted token. Most of haproxy.cfg
+/// is printed through here, so ASCII text is checked by byte.
+fn first_forbidden(s: &str) -> Option<char> {
+    if s.is_ascii() {
+        s.bytes()
+            .find(|&b| !b.is_ascii_graphic() || b"'\"\\#$%`".contains(&b))
+            .map(char::from)
+    } else {
+        s.chars().find(|c| forbidden_in_token(*c))
+    }
+}
+
 /// The formatter installed in the environment.
 pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
     // A backend section prints as its mark, replaced by the text once the render is done.
     if let Some(section) = value.downcast_object_ref::<super::fragments::Section>() {
         return out.write_str(&section.mark).map_err(write_error);
     }
-    let text = match value.kind() {
+    match value.kind() {
         ValueKind::Undefined | ValueKind::None => {
-            return Err(error("cannot print an undefined or none value"));
+            Err(error("cannot print an undefined or none value"))
         }
-        ValueKind::Bool | ValueKind::Number => value.to_string(),
+        ValueKind::Bool | ValueKind::Number => {
+            use std::fmt::Write as _;
+            write!(out, "{value}").map_err(write_error)
+        }
         ValueKind::String if value.is_safe() => {
             // Only `q` produces safe strings (see `register`).
-            return out
-                .write_str(value.as_str().unwrap_or_default())
-                .map_err(write_error);
+            out.write_str(value.as_str().unwrap_or_default())
+                .map_err(write_error)
         }
         ValueKind::String => {
             let s = value.as_str().unwrap_or_default();
-            if let Some(c) = s.chars().find(|c| forbidden_in_token(*c)) {
+            if let Some(c) = first_forbidden(s) {
                 return Err(error(&format!(
                     "refusing to print {s:?}: {c:?} could break out of its place in haproxy.cfg (use the q filter for quoted text)"
                 )));
             }
-            s.to_string()
+            out.write_str(s).map_err(write_error)
         }
-        other => {
-            return Err(error(&format!(
-                "cannot print a {other} directly; iterate over it or pick a field"
-            )));
-        }
-    };
-    out.write_str(&text).map_err(write_error)
+        other => Err(error(&format!(
+            "cannot print a {other} directly; iterate over it or pick a field"
+        ))),
+    }
 }
 
 /// `{{ value|q }}`: a single-quoted HAProxy word.
@@ -112,6 +123,20 @@ mod tests {
             let r = env.render_str("{{ a }}", minijinja::context! { a => bad });
             assert!(r.is_err(), "{bad:?} was printed");
         }
+    }
+
+    #[test]
+    fn the_ascii_check_agrees_with_the_character_rule() {
+        for b in 0u8..=127 {
+            let s = format!("a{}b", char::from(b));
+            assert_eq!(
+                first_forbidden(&s),
+                s.chars().find(|c| forbidden_in_token(*c)),
+                "byte {b}"
+            );
+        }
+        assert_eq!(first_forbidden("é\u{a0}x"), Some('\u{a0}'));
+        assert_eq!(first_forbidden("é.x"), None);
     }
 
     #[test]
