@@ -455,6 +455,32 @@ impl ServerSlots {
         self.used_at(index).map(|u| (&*u.address, u.port))
     }
 
+    /// The slots in order as runs: each used slot alone, each stretch of unused slots as one
+    /// (`first..=last`, slot indexes). A backend of 42 slots and 3 endpoints is at most 7
+    /// runs, which the bundled template prints as `server` and `server-template` lines.
+    pub fn runs(&self) -> Vec<SlotRun> {
+        let mut runs = Vec::with_capacity(2 * self.used.len() + 1);
+        let mut next = 0usize;
+        for used in &self.used {
+            let index = used.index as usize;
+            if index > next {
+                runs.push(SlotRun::Unused {
+                    first: next,
+                    last: index - 1,
+                });
+            }
+            runs.push(SlotRun::Used(index));
+            next = index + 1;
+        }
+        if next < self.len() {
+            runs.push(SlotRun::Unused {
+                first: next,
+                last: self.len() - 1,
+            });
+        }
+        runs
+    }
+
     /// Every slot, in order.
     pub fn iter(&self) -> impl Iterator<Item = ServerSlot> + '_ {
         slot_names(self.len())
@@ -563,6 +589,16 @@ impl Serialize for ServerSlots {
     }
 }
 
+/// A run of [`ServerSlots::runs`], by slot index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotRun {
+    Used(usize),
+    Unused { first: usize, last: usize },
+}
+
+/// What slot names start with; slot `index` is named `SRV_<index + 1>`.
+pub const SLOT_NAME_PREFIX: &str = "SRV_";
+
 /// The name of slot `index`: `SRV_<index + 1>`.
 pub fn slot_name(index: usize) -> Arc<str> {
     let names = names_up_to(index + 1);
@@ -583,7 +619,7 @@ fn names_up_to(count: usize) -> std::sync::MutexGuard<'static, Vec<Arc<str>>> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     while names.len() < count {
-        let name = format!("SRV_{}", names.len() + 1);
+        let name = format!("{SLOT_NAME_PREFIX}{}", names.len() + 1);
         names.push(Arc::from(name));
     }
     names
@@ -987,6 +1023,26 @@ mod tests {
                 .collect();
             prop_assert_eq!(x.differing(&y), differing);
             prop_assert_eq!(x.all_unused(), a.iter().all(Option::is_none));
+            // The runs cover every slot once, in order: used slots alone, unused ones in
+            // maximal stretches.
+            let mut covered = Vec::new();
+            let mut previous_unused = false;
+            for run in x.runs() {
+                match run {
+                    SlotRun::Used(i) => {
+                        prop_assert!(a[i].is_some());
+                        covered.push(i);
+                        previous_unused = false;
+                    }
+                    SlotRun::Unused { first, last } => {
+                        prop_assert!(first <= last && !previous_unused);
+                        prop_assert!(a[first..=last].iter().all(Option::is_none));
+                        covered.extend(first..=last);
+                        previous_unused = true;
+                    }
+                }
+            }
+            prop_assert_eq!(covered, (0..a.len()).collect::<Vec<_>>());
         }
     }
 

@@ -79,6 +79,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../templates/parts/routing.j2"),
     ),
     (
+        "parts/servers.j2",
+        include_str!("../../templates/parts/servers.j2"),
+    ),
+    (
         "parts/src-ip-header.j2",
         include_str!("../../templates/parts/src-ip-header.j2"),
     ),

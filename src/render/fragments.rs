@@ -26,7 +26,7 @@ use minijinja::value::{Enumerator, Object, ObjectRepr};
 use minijinja::{Environment, Error, State, Value};
 
 use crate::fingerprint::Fingerprint;
-use crate::model::{Backend, Model};
+use crate::model::{Backend, Model, UNUSED_SLOT_PORT};
 
 /// The template `backend_section` renders.
 const BACKEND_TEMPLATE: &str = "parts/backend.j2";
@@ -557,6 +557,125 @@ impl Object for SlotsView {
     }
 }
 
+/// `{{ backend.servers|slot_runs }}`: the slots in order as runs, each used slot alone and
+/// each stretch of unused slots as one, so that a template prints a backend's 39 unused slots
+/// (of 42, with 3 endpoints) as one `server-template` line instead of 39 `server` lines. A
+/// run is `{name, address, port, prefix, first, last}`: `name`, `address` and `port` are the
+/// first slot's, `first` and `last` the numbers of its first and last slot as in their names
+/// (`prefix` then the number, `SRV_1` first); `first == last` for a used slot and may be for
+/// an unused one.
+fn slot_runs(servers: Value) -> Result<Value, Error> {
+    if let Some(view) = servers.downcast_object_ref::<SlotsView>() {
+        let runs = view.slots.runs();
+        return Ok(Value::from_object(SlotRunsView {
+            slots: view.slots.clone(),
+            names: view.names.clone(),
+            runs,
+        }));
+    }
+    // A list as serialized (a site template's own, say): runs by position.
+    let items: Vec<Value> = servers.try_iter()?.collect();
+    let mut runs = Vec::new();
+    let mut unused_from: Option<(usize, Value)> = None;
+    let unused = |(first, name): (usize, Value), last: usize| {
+        run_value(
+            name,
+            Value::from(()),
+            Value::from(UNUSED_SLOT_PORT),
+            first,
+            last,
+        )
+    };
+    for (i, slot) in items.iter().enumerate() {
+        let address = slot.get_attr("address")?;
+        if address.is_true() {
+            if let Some(from) = unused_from.take() {
+                runs.push(unused(from, i - 1));
+            }
+            let (name, port) = (slot.get_attr("name")?, slot.get_attr("port")?);
+            runs.push(run_value(name, address, port, i, i));
+        } else if unused_from.is_none() {
+            unused_from = Some((i, slot.get_attr("name")?));
+        }
+    }
+    if let Some(from) = unused_from {
+        runs.push(unused(from, items.len() - 1));
+    }
+    Ok(Value::from(runs))
+}
+
+/// A run as a template value (slot indexes `first..=last`).
+fn run_value(name: Value, address: Value, port: Value, first: usize, last: usize) -> Value {
+    Value::from_object(SlotRunView {
+        name,
+        address,
+        port,
+        first: first + 1,
+        last: last + 1,
+    })
+}
+
+/// A backend's slot runs, made as a template reads them.
+#[derive(Debug)]
+struct SlotRunsView {
+    slots: Arc<crate::model::ServerSlots>,
+    names: Vec<Arc<str>>,
+    runs: Vec<crate::model::SlotRun>,
+}
+
+impl Object for SlotRunsView {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Seq
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        use crate::model::SlotRun;
+        let (first, last) = match *self.runs.get(key.as_usize()?)? {
+            SlotRun::Used(i) => (i, i),
+            SlotRun::Unused { first, last } => (first, last),
+        };
+        let (address, port) = match self.slots.occupant(first) {
+            Some((address, port)) => (Value::from(address), port),
+            None => (Value::from(()), UNUSED_SLOT_PORT),
+        };
+        let name = Value::from(self.names.get(first)?.clone());
+        Some(run_value(name, address, Value::from(port), first, last))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Seq(self.runs.len())
+    }
+}
+
+/// One run of slots as templates see it.
+#[derive(Debug)]
+struct SlotRunView {
+    name: Value,
+    address: Value,
+    port: Value,
+    /// Slot numbers, as in the names.
+    first: usize,
+    last: usize,
+}
+
+impl Object for SlotRunView {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        match key.as_str()? {
+            "name" => Some(self.name.clone()),
+            "address" => Some(self.address.clone()),
+            "port" => Some(self.port.clone()),
+            "prefix" => Some(Value::from(crate::model::SLOT_NAME_PREFIX)),
+            "first" => Some(Value::from(self.first)),
+            "last" => Some(Value::from(self.last)),
+            _ => None,
+        }
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Str(&["name", "address", "port", "prefix", "first", "last"])
+    }
+}
+
 /// One server slot as templates see it.
 #[derive(Debug)]
 struct SlotView {
@@ -912,6 +1031,7 @@ impl Object for BackendView {
 
 /// Registers `backend_section(backend)`.
 pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fragments>>) {
+    env.add_filter("slot_runs", slot_runs);
     let fragments = fragments.clone();
     env.add_function(
         "backend_section",
@@ -988,6 +1108,54 @@ mod tests {
         let lazy = render(backend_value(&backend));
         assert_eq!(lazy, render(to_value(&backend)));
         assert!(lazy.contains("SRV_4=2001:db8::1:80"), "{lazy}");
+    }
+
+    #[test]
+    fn slot_runs_group_unused_slots_the_same_from_either_form() {
+        // Slots: unused, used, unused ×3, used (IPv6), unused: runs 1, 2, 3-5, 6, 7.
+        let mut slots = crate::model::ServerSlots::unused(7);
+        slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
+        slots.set(5, Some(("2001:db8::1".to_string(), 80)));
+        let backend = Backend {
+            name: "ns_web_80".to_string(),
+            namespace: "ns".to_string(),
+            service: "web".to_string(),
+            port: 80,
+            settings: Arc::default(),
+            policies: Vec::new(),
+            servers: Arc::new(slots),
+        };
+        let template = "{{ b.servers|slot_runs|length }}:\
+            {% for r in b.servers|slot_runs %}{{ r.name }}={{ r.address }}:{{ r.port }}\
+            [{{ r.prefix }}{{ r.first }}-{{ r.last }}];{% endfor %}|{{ (b.servers|slot_runs)[2]|list }}";
+        let mut env = Environment::new();
+        env.add_filter("slot_runs", slot_runs);
+        let render = |b: Value| {
+            env.render_str(template, minijinja::context! { b => b })
+                .unwrap()
+        };
+        let lazy = render(backend_value(&backend));
+        assert_eq!(lazy, render(to_value(&backend)));
+        assert_eq!(
+            lazy,
+            "5:SRV_1=None:1[SRV_1-1];SRV_2=10.0.0.1:8080[SRV_2-2];SRV_3=None:1[SRV_3-5];\
+             SRV_6=2001:db8::1:80[SRV_6-6];SRV_7=None:1[SRV_7-7];|\
+             ['name', 'address', 'port', 'prefix', 'first', 'last']"
+        );
+        // No slots, no runs; all unused, one.
+        for (len, want) in [(0, "0:|"), (3, "1:SRV_1=None:1[SRV_1-3];|")] {
+            let mut empty = backend.clone();
+            empty.servers = Arc::new(crate::model::ServerSlots::unused(len));
+            let template = "{{ b.servers|slot_runs|length }}:\
+                {% for r in b.servers|slot_runs %}{{ r.name }}={{ r.address }}:{{ r.port }}\
+                [{{ r.prefix }}{{ r.first }}-{{ r.last }}];{% endfor %}|";
+            for b in [backend_value(&empty), to_value(&empty)] {
+                let got = env
+                    .render_str(template, minijinja::context! { b => b })
+                    .unwrap();
+                assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]
