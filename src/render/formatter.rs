@@ -35,10 +35,7 @@ pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Resu
         ValueKind::Undefined | ValueKind::None => {
             Err(error("cannot print an undefined or none value"))
         }
-        ValueKind::Bool | ValueKind::Number => {
-            use std::fmt::Write as _;
-            write!(out, "{value}").map_err(write_error)
-        }
+        ValueKind::Bool | ValueKind::Number => write!(out, "{value}").map_err(write_error),
         ValueKind::String if value.is_safe() => {
             // Only `q` produces safe strings (see `register`).
             out.write_str(value.as_str().unwrap_or_default())

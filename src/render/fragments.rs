@@ -564,7 +564,7 @@ impl Object for SlotsView {
 /// first slot's, `first` and `last` the numbers of its first and last slot as in their names
 /// (`prefix` then the number, `SRV_1` first); `first == last` for a used slot and may be for
 /// an unused one.
-fn slot_runs(servers: Value) -> Result<Value, Error> {
+fn slot_runs(servers: &Value) -> Result<Value, Error> {
     if let Some(view) = servers.downcast_object_ref::<SlotsView>() {
         let runs = view.slots.runs();
         return Ok(Value::from_object(SlotRunsView {
