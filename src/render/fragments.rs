@@ -1079,14 +1079,9 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
 mod tests {
     use super::*;
 
-    /// Templates see a backend's slots as they saw the serialized list: printed, indexed
-    /// (from the end too), counted, iterated, as maps.
-    #[test]
-    fn backend_slots_read_as_the_serialized_list() {
-        let mut slots = crate::model::ServerSlots::unused(4);
-        slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
-        slots.set(3, Some(("2001:db8::1".to_string(), 80)));
-        let backend = Backend {
+    /// Backend `ns_web_80` with these slots.
+    fn backend_with(slots: crate::model::ServerSlots) -> Backend {
+        Backend {
             name: "ns_web_80".to_string(),
             namespace: "ns".to_string(),
             service: "web".to_string(),
@@ -1094,7 +1089,17 @@ mod tests {
             settings: Arc::default(),
             policies: Vec::new(),
             servers: Arc::new(slots),
-        };
+        }
+    }
+
+    /// Templates see a backend's slots as they saw the serialized list: printed, indexed
+    /// (from the end too), counted, iterated, as maps.
+    #[test]
+    fn backend_slots_read_as_the_serialized_list() {
+        let mut slots = crate::model::ServerSlots::unused(4);
+        slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
+        slots.set(3, Some(("2001:db8::1".to_string(), 80)));
+        let backend = backend_with(slots);
         let template = "{{ b.servers }}|{{ b.servers|length }}|{{ b.servers[-1] }}|\
             {{ b.servers[1].address }}|{{ b.servers[0].address is none }}|\
             {% for s in b.servers %}{{ s.name }}={{ s.address }}:{{ s.port }}{% if not loop.last %},{% endif %}{% endfor %}|\
@@ -1116,22 +1121,15 @@ mod tests {
         let mut slots = crate::model::ServerSlots::unused(7);
         slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
         slots.set(5, Some(("2001:db8::1".to_string(), 80)));
-        let backend = Backend {
-            name: "ns_web_80".to_string(),
-            namespace: "ns".to_string(),
-            service: "web".to_string(),
-            port: 80,
-            settings: Arc::default(),
-            policies: Vec::new(),
-            servers: Arc::new(slots),
-        };
-        let template = "{{ b.servers|slot_runs|length }}:\
+        let backend = backend_with(slots);
+        let runs = "{{ b.servers|slot_runs|length }}:\
             {% for r in b.servers|slot_runs %}{{ r.name }}={{ r.address }}:{{ r.port }}\
-            [{{ r.prefix }}{{ r.first }}-{{ r.last }}];{% endfor %}|{{ (b.servers|slot_runs)[2]|list }}";
+            [{{ r.prefix }}{{ r.first }}-{{ r.last }}];{% endfor %}|";
+        let template = format!("{runs}{{{{ (b.servers|slot_runs)[2]|list }}}}");
         let mut env = Environment::new();
         env.add_filter("slot_runs", slot_runs);
         let render = |b: Value| {
-            env.render_str(template, minijinja::context! { b => b })
+            env.render_str(&template, minijinja::context! { b => b })
                 .unwrap()
         };
         let lazy = render(backend_value(&backend));
@@ -1144,14 +1142,10 @@ mod tests {
         );
         // No slots, no runs; all unused, one.
         for (len, want) in [(0, "0:|"), (3, "1:SRV_1=None:1[SRV_1-3];|")] {
-            let mut empty = backend.clone();
-            empty.servers = Arc::new(crate::model::ServerSlots::unused(len));
-            let template = "{{ b.servers|slot_runs|length }}:\
-                {% for r in b.servers|slot_runs %}{{ r.name }}={{ r.address }}:{{ r.port }}\
-                [{{ r.prefix }}{{ r.first }}-{{ r.last }}];{% endfor %}|";
+            let empty = backend_with(crate::model::ServerSlots::unused(len));
             for b in [backend_value(&empty), to_value(&empty)] {
                 let got = env
-                    .render_str(template, minijinja::context! { b => b })
+                    .render_str(runs, minijinja::context! { b => b })
                     .unwrap();
                 assert_eq!(got, want);
             }
