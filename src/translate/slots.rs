@@ -7,6 +7,7 @@
 //! endpoint therefore only moves the endpoints along one displacement chain, usually none.
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// An endpoint address and port.
 pub type Endpoint = (String, u16);
@@ -20,40 +21,73 @@ pub fn slot_count(endpoints: usize, block: u32) -> usize {
 
 /// Assigns `endpoints` (sorted, unique) to `slots` slots (`slots >= endpoints.len()`).
 /// Returns, for each slot, the index into `endpoints` of its occupant.
+///
+/// The greedy matching takes (endpoint, slot) pairs from the highest score down (ties: lower
+/// endpoint, then lower slot) and places each whose endpoint and slot are both free. Rather
+/// than sorting all E × S pairs (a sort of a million pairs for a Service of a thousand pods),
+/// each endpoint's slots are a heap by score, and a second heap holds each unplaced
+/// endpoint's best slot not yet found taken: its top is the next pair the sorted walk would
+/// place, or a pair whose slot was taken since, which is dropped for that endpoint's next.
+/// Scoring stays O(E × S); the log factor is paid only for the pairs looked at.
 pub fn assign(endpoints: &[Endpoint], slots: usize) -> Vec<Option<usize>> {
     let mut occupant = vec![None; slots];
-    if endpoints.is_empty() {
+    if endpoints.is_empty() || slots == 0 {
         return occupant;
     }
-    let hashes: Vec<u64> = endpoints
+    let mut choices: Vec<BinaryHeap<(u64, Reverse<usize>)>> = endpoints
         .iter()
-        .map(|(a, p)| fnv1a(format!("{a}:{p}").as_bytes()))
+        .map(|(address, port)| {
+            let hash = endpoint_hash(address, *port);
+            BinaryHeap::from(
+                (0..slots)
+                    .map(|s| (score(hash, s), Reverse(s)))
+                    .collect::<Vec<_>>(),
+            )
+        })
         .collect();
-    let mut pairs: Vec<(u64, usize, usize)> = Vec::with_capacity(endpoints.len() * slots);
-    for (e, h) in hashes.iter().enumerate() {
-        for s in 0..slots {
-            pairs.push((score(*h, s), e, s));
-        }
-    }
-    pairs.sort_unstable_by_key(|&(score, e, s)| (Reverse(score), e, s));
-    let mut placed = vec![false; endpoints.len()];
+    let mut best: BinaryHeap<(u64, Reverse<usize>, Reverse<usize>)> = choices
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(e, heap)| heap.pop().map(|(score, s)| (score, Reverse(e), s)))
+        .collect();
     let mut remaining = endpoints.len().min(slots);
-    for (_, e, s) in pairs {
-        if remaining == 0 {
+    while remaining > 0 {
+        let Some((_, Reverse(e), Reverse(s))) = best.pop() else {
             break;
-        }
-        if !placed[e] && occupant[s].is_none() {
-            placed[e] = true;
+        };
+        if occupant[s].is_none() {
             occupant[s] = Some(e);
             remaining -= 1;
+        } else if let Some((score, next)) = choices[e].pop() {
+            best.push((score, Reverse(e), next));
         }
     }
     occupant
 }
 
-/// FNV-1a, 64 bit: stable across Rust versions and platforms, unlike std's hasher.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a of `"{address}:{port}"`, without building the string.
+fn endpoint_hash(address: &str, port: u16) -> u64 {
+    let mut digits = [0u8; 5];
+    let mut at = digits.len();
+    let mut rest = port;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let h = fnv1a(FNV_OFFSET, address.as_bytes());
+    let h = fnv1a(h, b":");
+    fnv1a(h, &digits[at..])
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64 bit, continued from `h`: stable across Rust versions and platforms, unlike
+/// std's hasher.
+fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -101,8 +135,84 @@ mod tests {
         assert_eq!(slot_count(3, 1), 3);
     }
 
+    /// The assignment as first written: every (endpoint, slot) pair sorted, then taken
+    /// greedily. [`assign`] must give the same slots (replicas of different versions agree).
+    fn assign_by_sorting_pairs(endpoints: &[Endpoint], slots: usize) -> Vec<Option<usize>> {
+        let mut occupant = vec![None; slots];
+        let hashes: Vec<u64> = endpoints
+            .iter()
+            .map(|(a, p)| fnv1a(FNV_OFFSET, format!("{a}:{p}").as_bytes()))
+            .collect();
+        let mut pairs = Vec::new();
+        for (e, h) in hashes.iter().enumerate() {
+            for s in 0..slots {
+                pairs.push((score(*h, s), e, s));
+            }
+        }
+        pairs.sort_unstable_by_key(|&(score, e, s)| (Reverse(score), e, s));
+        let mut placed = vec![false; endpoints.len()];
+        for (_, e, s) in pairs {
+            if !placed[e] && occupant[s].is_none() {
+                placed[e] = true;
+                occupant[s] = Some(e);
+            }
+        }
+        occupant
+    }
+
+    #[test]
+    fn endpoint_hash_is_fnv_of_address_colon_port() {
+        for (address, port) in [
+            ("10.0.0.1", 0u16),
+            ("10.0.0.1", 8080),
+            ("::1", 65535),
+            ("", 7),
+        ] {
+            assert_eq!(
+                endpoint_hash(address, port),
+                fnv1a(FNV_OFFSET, format!("{address}:{port}").as_bytes())
+            );
+        }
+    }
+
+    #[test]
+    fn a_few_slots_are_known() {
+        // Pinned: a change of the hash or the score moves every replica's servers.
+        let endpoints: Vec<Endpoint> = (1..=3).map(|i| (format!("10.0.0.{i}"), 8080)).collect();
+        let occupants = assign(&endpoints, 42);
+        assert_eq!(occupants, assign_by_sorting_pairs(&endpoints, 42));
+        let used: Vec<(usize, usize)> = occupants
+            .iter()
+            .enumerate()
+            .filter_map(|(s, e)| e.map(|e| (s, e)))
+            .collect();
+        assert_eq!(used, vec![(3, 0), (15, 2), (26, 1)]);
+    }
+
+    #[test]
+    fn large_services_match_the_sorted_pairs() {
+        let endpoints: Vec<Endpoint> = (0..300u32)
+            .map(|i| (format!("10.2.{}.{}", i / 250, i % 250), 8080))
+            .collect();
+        for slots in [300, 336, 420] {
+            assert_eq!(
+                assign(&endpoints, slots),
+                assign_by_sorting_pairs(&endpoints, slots)
+            );
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn heaps_place_as_the_sorted_pairs_do(
+            endpoints in endpoint_set(),
+            extra_slots in 0usize..50,
+        ) {
+            let slots = endpoints.len() + extra_slots;
+            prop_assert_eq!(assign(&endpoints, slots), assign_by_sorting_pairs(&endpoints, slots));
+        }
 
         #[test]
         fn every_endpoint_gets_exactly_one_slot(endpoints in endpoint_set()) {
