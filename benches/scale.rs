@@ -6,7 +6,10 @@
 //!   pair is measured;
 //! - `SCALE_RUNS` (default 5): runs per figure; the table shows medians;
 //! - `SCALE_SEED` (default 1): the generator's seed;
-//! - `SCALE_SKIP` (default empty): `N:k` pairs to leave out, comma-separated.
+//! - `SCALE_SKIP` (default empty): `N:k` pairs to leave out, comma-separated;
+//! - `SCALE_CSV` (default unset): also write the medians to this file as CSV (`N,k,full_ms,
+//!   endpoint_ms,ingress_ms,script_ms,rss_mib`), which `benches/haproxy_scale.rs`'s plot mode
+//!   draws (`docs/perf/scale.csv` → `docs/perf/scaling.svg`).
 //!
 //! Per size it reports:
 //! 1. full pipeline, cold: `Store::from_objects` + `Pipeline::run_with` on the whole cluster;
@@ -278,5 +281,16 @@ fn main() {
     println!(
         "\"after a change\": Store::upsert of the change, then the run as `portcullis run` does it: hook results of unchanged inputs from the memo, unchanged Ingresses and backends from the last run's parts, unchanged backend sections from the renderer's memory (see docs/performance.md)."
     );
+    if let Ok(path) = std::env::var("SCALE_CSV") {
+        let mut csv = String::from("N,k,full_ms,endpoint_ms,ingress_ms,script_ms,rss_mib\n");
+        for r in &rows {
+            csv.push_str(&format!(
+                "{},{},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
+                r.n, r.k, r.full, r.endpoint, r.ingress, r.script, r.rss
+            ));
+        }
+        std::fs::write(&path, csv).unwrap_or_else(|e| panic!("writing {path}: {e}"));
+        eprintln!("wrote {path}");
+    }
     eprintln!("total {:.1} s", started.elapsed().as_secs_f64());
 }
