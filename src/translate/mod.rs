@@ -478,23 +478,25 @@ impl<'a> Translator<'a> {
         backend: &IngressBackend,
         field: &str,
     ) -> Option<String> {
-        let (key, resolved) = self.resolve_ingress_backend(ingress, backend, field)?;
+        let (key, resolved) =
+            self.resolve_ingress_backend(ingress, backend, || field.to_string())?;
         Some(self.register_backend(&key, resolved, Some((ingress.clone(), annotations.clone()))))
     }
 
     /// The Service and port an Ingress backend reference names, without registering a
-    /// backend; problems are reported against `field`.
+    /// backend; problems are reported against `field()` (made only for a report: a cold
+    /// run resolves tens of thousands of paths).
     fn resolve_ingress_backend(
         &mut self,
         ingress: &ObjectRef,
         backend: &IngressBackend,
-        field: &str,
+        field: impl Fn() -> String,
     ) -> Option<(Key, ResolvedPort)> {
         let Some(svc) = &backend.service else {
             self.diags.object(
                 Severity::Error,
                 ingress,
-                field,
+                field(),
                 "only Service backends are supported (resource backends are not)",
             );
             return None;
@@ -504,7 +506,7 @@ impl<'a> Translator<'a> {
             self.diags.object(
                 Severity::Error,
                 ingress,
-                format!("{field}.service.name"),
+                format!("{}.service.name", field()),
                 format!("Service {key} does not exist; route skipped"),
             );
             return None;
@@ -516,7 +518,7 @@ impl<'a> Translator<'a> {
                 self.diags.object(
                     Severity::Error,
                     ingress,
-                    format!("{field}.service.port"),
+                    format!("{}.service.port", field()),
                     format!("Service {key}: {e}; route skipped"),
                 );
                 None
@@ -932,11 +934,11 @@ impl<'a> Translator<'a> {
                         continue;
                     }
                 };
-                let Some((service_key, resolved)) = self.resolve_ingress_backend(
-                    &object,
-                    &path.backend,
-                    &format!("{field}.backend"),
-                ) else {
+                let Some((service_key, resolved)) =
+                    self.resolve_ingress_backend(&object, &path.backend, || {
+                        format!("{field}.backend")
+                    })
+                else {
                     continue;
                 };
                 let facts = BTreeMap::from([
@@ -1587,16 +1589,83 @@ fn register<'t>(
         })
 }
 
-/// A short, stable id for a set of route settings, so equal settings share one policy.
+/// A short, stable id for a set of route settings, so equal settings share one policy: the
+/// first 40 bits of the SHA-256 of their JSON, which every replica and version computes alike.
+///
+/// The last few ids are kept per thread: the paths of one Ingress, and Ingresses with the
+/// same annotations, mostly have equal settings, and comparing them costs less than their
+/// JSON and digest (about 6 % of a cold run at 10 000 Ingresses).
 fn policy_id(settings: &RouteSettings) -> String {
+    const RECENT: usize = 4;
+    thread_local! {
+        static IDS: std::cell::RefCell<std::collections::VecDeque<(RouteSettings, String)>> =
+            const { std::cell::RefCell::new(std::collections::VecDeque::new()) };
+    }
+    IDS.with_borrow_mut(|recent| {
+        if let Some(at) = recent.iter().position(|(s, _)| s == settings) {
+            let id = recent[at].1.clone();
+            if at > 0 {
+                let hit = recent.remove(at);
+                if let Some(hit) = hit {
+                    recent.push_front(hit);
+                }
+            }
+            return id;
+        }
+        let id = digest_id(settings);
+        recent.truncate(RECENT - 1);
+        recent.push_front((settings.clone(), id.clone()));
+        id
+    })
+}
+
+/// [`policy_id`], computed.
+fn digest_id(settings: &RouteSettings) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let json = serde_json::to_string(settings).unwrap_or_default();
     let digest = Sha256::digest(json.as_bytes());
-    let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
-    format!("p{hex}")
+    let mut id = String::with_capacity(11);
+    id.push('p');
+    for b in &digest[..5] {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    id
 }
 
 /// `list` without spare capacity.
 fn shrunk<T>(mut list: Vec<T>) -> Vec<T> {
     list.shrink_to_fit();
     list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The id as first written: `p` and the hex of the first five bytes of the digest.
+    fn id_by_format(settings: &RouteSettings) -> String {
+        let json = serde_json::to_string(settings).unwrap_or_default();
+        let digest = Sha256::digest(json.as_bytes());
+        let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
+        format!("p{hex}")
+    }
+
+    #[test]
+    fn policy_ids_are_the_digest_whether_remembered_or_not() {
+        let settings: Vec<RouteSettings> = (0..8)
+            .map(|i| RouteSettings {
+                set_host: Some(format!("h{i}.internal")),
+                ..RouteSettings::default()
+            })
+            .collect();
+        // New, repeated, and back after falling out of the recent ones, in both orders.
+        let order = [0, 0, 1, 0, 2, 3, 4, 5, 6, 0, 7, 1, 1, 7, 0];
+        for &i in order.iter().chain(order.iter().rev()) {
+            let id = policy_id(&settings[i]);
+            assert_eq!(id, id_by_format(&settings[i]), "settings {i}");
+            assert_eq!(id.len(), 11);
+        }
+        assert_ne!(policy_id(&settings[0]), policy_id(&settings[1]));
+    }
 }
