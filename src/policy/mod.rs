@@ -474,7 +474,6 @@ impl PolicyEngine {
         // Held across the scripts that replay; let go before one runs (and is remembered).
         let mut reader = None;
         for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
-            ctx.set_script(&script.display);
             // Remembered for a context that reads the same: replayed, with the operations the
             // call used charged again, unless they would exhaust the run's budget (then the
             // script runs and stops where any replica stops).
@@ -501,6 +500,8 @@ impl PolicyEngine {
                 continue;
             }
             reader = None;
+            // For `ctx.warn`: a replayed call's reports already name their script.
+            ctx.set_script(&script.display);
             CALL.with(|c| c.set((Some(std::time::Instant::now()), 0)));
             ctx.begin_trace();
             // A panic inside the engine or an accessor must only cost this object its settings.
