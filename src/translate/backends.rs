@@ -88,6 +88,17 @@ fn to_port(n: i32) -> Result<u16, String> {
 /// that are terminating (so a rollout's last pods still answer). Sorted, without duplicates.
 /// Target ports come from the EndpointSlice port with the Service port's name, which is how
 /// a named `targetPort` is resolved.
+/// `address` as HAProxy is given it: an IPv6 address in its canonical form; an IPv4 one as
+/// written, which is its canonical form once it parses (no leading zeros, no other notation),
+/// without formatting it again (30 000 times in a cold run at 10 000 Services). `None` when
+/// it is not an IP address.
+fn canonical_ip(address: &str) -> Option<String> {
+    match address.parse::<IpAddr>().ok()? {
+        IpAddr::V4(_) => Some(address.to_string()),
+        ip @ IpAddr::V6(_) => Some(ip.to_string()),
+    }
+}
+
 pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpoint> {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
@@ -106,11 +117,7 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
             continue;
         };
         for endpoint in &slice.endpoints {
-            let Some(ip) = endpoint
-                .addresses
-                .first()
-                .and_then(|a| a.parse::<IpAddr>().ok())
-            else {
+            let Some(address) = endpoint.addresses.first().and_then(|a| canonical_ip(a)) else {
                 continue;
             };
             let conditions = endpoint.conditions.as_ref();
@@ -118,9 +125,9 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
             let is_serving = conditions.and_then(|c| c.serving).unwrap_or(is_ready);
             let is_terminating = conditions.and_then(|c| c.terminating).unwrap_or(false);
             if is_ready && !is_terminating {
-                ready.push((ip.to_string(), number));
+                ready.push((address, number));
             } else if is_serving && is_terminating {
-                terminating.push((ip.to_string(), number));
+                terminating.push((address, number));
             }
         }
     }
@@ -128,4 +135,31 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
     chosen.sort();
     chosen.dedup();
     chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_addresses_are_canonical() {
+        for (written, expected) in [
+            ("10.0.0.1", Some("10.0.0.1")),
+            ("0.0.0.0", Some("0.0.0.0")),
+            ("255.255.255.255", Some("255.255.255.255")),
+            ("2001:DB8:0:0:0:0:0:1", Some("2001:db8::1")),
+            ("::ffff:10.0.0.1", Some("::ffff:10.0.0.1")),
+            // Not written as Display would write them: refused by the parser, not kept as is.
+            ("010.0.0.1", None),
+            ("10.0.0.1 ", None),
+            ("10.1", None),
+            ("0x0a.0.0.1", None),
+            ("pod.example", None),
+        ] {
+            assert_eq!(canonical_ip(written).as_deref(), expected, "{written}");
+            if let Some(ip) = written.parse::<IpAddr>().ok().filter(IpAddr::is_ipv4) {
+                assert_eq!(ip.to_string(), written);
+            }
+        }
+    }
 }
