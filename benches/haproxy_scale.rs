@@ -1934,6 +1934,8 @@ fn plot(input: &Path, output: &Path) {
             .iter()
             .filter(|r| r[ck] as u64 == k)
             .map(|r| (r[cn], r[c]))
+            // A log scale has no place for 0 (a run under the CSV's precision).
+            .filter(|p| p.1 > 0.0)
             .collect();
         p.sort_by(|a, b| a.0.total_cmp(&b.0));
         p

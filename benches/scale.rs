@@ -285,7 +285,7 @@ fn main() {
         let mut csv = String::from("N,k,full_ms,endpoint_ms,ingress_ms,script_ms,rss_mib\n");
         for r in &rows {
             csv.push_str(&format!(
-                "{},{},{:.1},{:.1},{:.1},{:.1},{:.1}\n",
+                "{},{},{:.3},{:.3},{:.3},{:.3},{:.1}\n",
                 r.n, r.k, r.full, r.endpoint, r.ingress, r.script, r.rss
             ));
         }
