@@ -520,6 +520,9 @@ async fn compute(
                 read_ms = started.elapsed().as_secs_f64() * 1e3,
                 "manifests read"
             );
+            // Files read right after they were written are read again next time, unless
+            // they are settled in between (off this path).
+            cache.settle_later();
             let mut output = run(&store)?;
             let mut diagnostics = problems.into_sorted();
             diagnostics.append(&mut output.diagnostics);

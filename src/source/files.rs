@@ -50,6 +50,8 @@ pub struct ParseCache {
     /// How long before it is read a file must have last changed for its stamp to vouch for
     /// its content.
     margin: std::time::Duration,
+    /// Whether a [`ParseCache::settle_later`] is pending.
+    settling: std::sync::atomic::AtomicBool,
 }
 
 impl Default for ParseCache {
@@ -58,6 +60,75 @@ impl Default for ParseCache {
             files: std::sync::Mutex::default(),
             definitions: std::sync::Mutex::default(),
             margin: std::time::Duration::from_secs(1),
+            settling: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl ParseCache {
+    /// Whether some file was read too soon after its last change for its stamp to vouch for
+    /// its content: the next read reads and fingerprints it again.
+    pub fn unsettled(&self) -> bool {
+        let cached = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        cached.values().any(|c| c.stamp.is_none())
+    }
+
+    /// Reads again the files whose stamps could not vouch for their content when they were
+    /// read, now that they can, and keeps their stamps when the content is what was read then:
+    /// the next read takes them by their stamps. Otherwise the first change after a file was
+    /// written (a manifest of 20 MB written just before `run` started, say) waited for that
+    /// file to be read and fingerprinted again, about 30 ms. A file whose content differs, or
+    /// that changed within the margin again, is left to the next read. Does not hold the cache
+    /// while reading.
+    pub fn settle(&self) {
+        let pending: Vec<(PathBuf, u128)> = {
+            let cached = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            cached
+                .iter()
+                .filter(|(_, c)| c.stamp.is_none())
+                .map(|(path, c)| (path.clone(), c.fingerprint))
+                .collect()
+        };
+        for (path, fingerprint) in pending {
+            // Stat first, as `read_files` does: a change after it only makes the stamp older.
+            let Some(stamp) = std::fs::metadata(&path)
+                .ok()
+                .and_then(|m| Stamp::vouching(&m, self.margin))
+            else {
+                continue;
+            };
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if crate::fingerprint::of_bytes(&bytes) != fingerprint {
+                continue;
+            }
+            let mut cached = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(entry) = cached.get_mut(&path) {
+                if entry.stamp.is_none() && entry.fingerprint == fingerprint {
+                    entry.stamp = Some(stamp);
+                }
+            }
+        }
+    }
+
+    /// [`ParseCache::settle`] on a thread of its own once the margin has passed, when some
+    /// file needs it and none is pending.
+    pub fn settle_later(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.unsettled() || self.settling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cache = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("manifests-settle".to_string())
+            .spawn(move || {
+                std::thread::sleep(cache.margin + std::time::Duration::from_millis(10));
+                cache.settle();
+                cache.settling.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            self.settling.store(false, Ordering::Release);
         }
     }
 }
@@ -649,6 +720,62 @@ mod tests {
         assert_eq!(names(), ["a2"]);
         std::fs::write(dir.path().join("b.yaml"), service("b3")).unwrap();
         assert_eq!(names(), ["a2", "b3"]);
+    }
+
+    /// A file read within the margin after it was written is settled once the margin has
+    /// passed, when its content is what was read; one that changed in between is not, and
+    /// the next read sees the change.
+    #[test]
+    fn files_read_too_soon_are_settled_once_their_stamps_can_vouch() {
+        let dir = tempfile::tempdir().unwrap();
+        let margin = std::time::Duration::from_millis(300);
+        let cache = Arc::new(ParseCache {
+            margin,
+            ..ParseCache::default()
+        });
+        let service = |name: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
+        };
+        let names = || -> Vec<String> {
+            let mut n: Vec<String> = load_dir_cached(dir.path(), &cache)
+                .unwrap()
+                .objects
+                .iter()
+                .map(|o| o.key().name)
+                .collect();
+            n.sort();
+            n
+        };
+        std::fs::write(dir.path().join("a.yaml"), service("a1")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), service("b1")).unwrap();
+        assert_eq!(names(), ["a1", "b1"]);
+        assert!(cache.unsettled());
+        // Too soon: nothing can vouch yet.
+        cache.settle();
+        assert!(cache.unsettled());
+        // b changes after it was read, keeping its length.
+        std::fs::write(dir.path().join("b.yaml"), service("b2")).unwrap();
+        std::thread::sleep(margin + std::time::Duration::from_millis(50));
+        cache.settle();
+        let stamped = |file: &str| {
+            let cached = cache.files.lock().unwrap();
+            cached[&dir.path().join(file)].stamp.is_some()
+        };
+        assert!(stamped("a.yaml"));
+        assert!(!stamped("b.yaml"), "read as b1, now b2: not settled");
+        assert_eq!(names(), ["a1", "b2"]);
+        assert!(stamped("b.yaml"));
+        assert!(!cache.unsettled());
+        // In the background, as `run` does after each read.
+        std::fs::write(dir.path().join("a.yaml"), service("a3")).unwrap();
+        assert_eq!(names(), ["a3", "b2"]);
+        cache.settle_later();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while cache.unsettled() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!cache.unsettled());
+        assert_eq!(names(), ["a3", "b2"]);
     }
 
     #[test]
