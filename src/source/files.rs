@@ -611,6 +611,18 @@ mod tests {
         assert!(diags.is_empty(), "{diags:?}");
     }
 
+    /// The names of the objects `dir` holds, sorted, read through `cache`.
+    fn loaded_names(dir: &Path, cache: &ParseCache) -> Vec<String> {
+        let mut n: Vec<String> = load_dir_cached(dir, cache)
+            .unwrap()
+            .objects
+            .iter()
+            .map(|o| o.key().name)
+            .collect();
+        n.sort();
+        n
+    }
+
     /// A cache whose stamps vouch for a file as soon as it was read (no margin).
     fn vouching_at_once() -> ParseCache {
         ParseCache {
@@ -693,16 +705,7 @@ mod tests {
         let service = |name: &str| {
             format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
         };
-        let names = || -> Vec<String> {
-            let mut n: Vec<String> = load_dir_cached(dir.path(), &cache)
-                .unwrap()
-                .objects
-                .iter()
-                .map(|o| o.key().name)
-                .collect();
-            n.sort();
-            n
-        };
+        let names = || loaded_names(dir.path(), &cache);
         let replace = |file: &str, text: String| {
             let tmp = dir.path().join(".tmp");
             std::fs::write(&tmp, text).unwrap();
@@ -736,16 +739,7 @@ mod tests {
         let service = |name: &str| {
             format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
         };
-        let names = || -> Vec<String> {
-            let mut n: Vec<String> = load_dir_cached(dir.path(), &cache)
-                .unwrap()
-                .objects
-                .iter()
-                .map(|o| o.key().name)
-                .collect();
-            n.sort();
-            n
-        };
+        let names = || loaded_names(dir.path(), &cache);
         std::fs::write(dir.path().join("a.yaml"), service("a1")).unwrap();
         std::fs::write(dir.path().join("b.yaml"), service("b1")).unwrap();
         assert_eq!(names(), ["a1", "b1"]);
