@@ -731,7 +731,7 @@ mod tests {
     #[test]
     fn files_read_too_soon_are_settled_once_their_stamps_can_vouch() {
         let dir = tempfile::tempdir().unwrap();
-        let margin = std::time::Duration::from_millis(300);
+        let margin = std::time::Duration::from_secs(1);
         let cache = Arc::new(ParseCache {
             margin,
             ..ParseCache::default()
