@@ -272,7 +272,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let source = match &config.source {
         SourceConfig::Files(dir) => {
             // The manifests must be readable at start; later read errors keep the last good state.
-            files::load_dir(dir)?;
+            files::check_dir(dir)?;
             let watch = watch::watch_dir(dir, changes_tx.clone(), Duration::from_secs(5))?;
             Source::Files {
                 dir: dir.clone(),

@@ -153,6 +153,27 @@ fn unreadable_manifest_directory_fails_with_its_path() {
 }
 
 #[test]
+fn run_with_an_unreadable_manifest_directory_fails_with_its_path_before_haproxy_starts() {
+    let work = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = portcullis(&[
+        "run",
+        "--manifests",
+        "/nonexistent/manifests",
+        "--config-dir",
+        &work.path().join("c").display().to_string(),
+        "--runtime-dir",
+        &work.path().join("r").display().to_string(),
+        "--admin-addr",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("/nonexistent/manifests"));
+    assert!(!work.path().join("c/haproxy.cfg").exists());
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
 fn version_prints_the_crate_version() {
     let out = portcullis(&["version"]);
     assert_eq!(out.status.code(), Some(0));

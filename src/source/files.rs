@@ -35,6 +35,13 @@ pub fn load_dir(dir: &Path) -> Result<Loaded, FilesError> {
     load_dir_cached(dir, &ParseCache::default())
 }
 
+/// Whether every directory under `dir` can be listed, without reading a file: what `run`
+/// needs to know at start, before its first read (parsing the directory only to check it took
+/// half a second and a transient 100 MiB at 30 000 objects).
+pub fn check_dir(dir: &Path) -> Result<(), FilesError> {
+    collect_files(dir, &mut Vec::new())
+}
+
 /// One document's outcome: (document index, object or why not).
 type Parsed = Vec<(usize, Result<(Kind, Key, Object), String>)>;
 
