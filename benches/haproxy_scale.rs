@@ -1448,13 +1448,7 @@ fn measure_dataplane(opt: &Options, dp: &DpOptions) -> Vec<DpRow> {
         }
         match object {
             Object::EndpointSlice(slice) => {
-                let service = slice
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("kubernetes.io/service-name"))
-                    .unwrap()
-                    .clone();
+                let service = slice.service.clone().unwrap();
                 let i: usize = service.trim_start_matches("app").parse().unwrap();
                 let port = ports[i % ports.len()];
                 let endpoints = value["endpoints"].as_array_mut().unwrap();

@@ -26,7 +26,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::objects::Object;
-use crate::store::SERVICE_NAME_LABEL;
 
 /// The request line and headers must fit in this many bytes.
 const MAX_HEAD: usize = 16 * 1024;
@@ -99,22 +98,19 @@ pub fn loopback_endpoints(objects: &[Object]) -> Vec<(String, SocketAddr)> {
         let Object::EndpointSlice(slice) = object else {
             continue;
         };
-        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+        if !slice.address_type.is_ip() {
             continue;
         }
         let ports: Vec<u16> = slice
             .ports
             .iter()
-            .flatten()
             .filter_map(|p| p.port)
             .filter_map(|n| u16::try_from(n).ok())
             .filter(|n| *n != 0)
             .collect();
         let service = slice
-            .metadata
-            .labels
+            .service
             .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
             .or(slice.metadata.name.as_ref())
             .cloned()
             .unwrap_or_default();
@@ -122,20 +118,15 @@ pub fn loopback_endpoints(objects: &[Object]) -> Vec<(String, SocketAddr)> {
             let counter = counters.entry(service.clone()).or_default();
             *counter += 1;
             let pod = endpoint
-                .target_ref
-                .as_ref()
-                .and_then(|r| r.name.clone())
-                .filter(|n| !n.is_empty() && !n.chars().any(char::is_control));
+                .target
+                .as_deref()
+                .filter(|n| !n.is_empty() && !n.chars().any(char::is_control))
+                .map(str::to_string);
             let candidate = match pod {
                 Some(pod) => (false, pod),
                 None => (true, format!("{service}-{counter}")),
             };
-            let ips = endpoint
-                .addresses
-                .iter()
-                .filter_map(|a| a.parse::<IpAddr>().ok())
-                .filter(IpAddr::is_loopback);
-            for ip in ips {
+            if let Some(ip) = endpoint.address.filter(IpAddr::is_loopback) {
                 for port in &ports {
                     let addr = SocketAddr::new(ip, *port);
                     let kept = by_addr.entry(addr).or_insert_with(|| candidate.clone());

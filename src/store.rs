@@ -13,8 +13,8 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::objects::EndpointSlice;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::objects::{Key, Kind, Object, Tcp};
@@ -404,8 +404,7 @@ impl Store {
 }
 
 fn slice_service(key: &Key, slice: &EndpointSlice) -> Option<Key> {
-    let labels = slice.metadata.labels.as_ref()?;
-    let name = labels.get(SERVICE_NAME_LABEL)?;
+    let name = slice.service.as_ref()?;
     Some(Key::new(key.namespace.clone(), name.clone()))
 }
 

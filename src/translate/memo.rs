@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::objects::EndpointSlice;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::backends::ResolvedPort;
 use super::tls;
