@@ -58,9 +58,54 @@ pub fn of_bytes(bytes: &[u8]) -> u128 {
     f.finish()
 }
 
+/// The fingerprint of what `reader` gives, the same as [`of_bytes`] of all of it, read a
+/// buffer at a time: a file's fingerprint without holding the file.
+pub fn of_reader(mut reader: impl std::io::Read) -> std::io::Result<u128> {
+    let mut f = Fingerprint::new();
+    std::io::copy(&mut reader, &mut f)?;
+    Ok(f.finish())
+}
+
 /// The fingerprint of `value`'s serialized form.
 pub fn of_serialized(value: &impl serde::Serialize) -> u128 {
     let mut f = Fingerprint::new();
     f.add_serialized(value);
     f.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads at most `step` bytes a call, so the hashers see the bytes in uneven pieces.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_read_fingerprint_is_the_fingerprint_of_the_bytes_however_they_come() {
+        let bytes: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for len in [0, 1, 7, 8, 9, 8191, 8192, 8193, bytes.len()] {
+            let whole = of_bytes(&bytes[..len]);
+            for step in [1, 3, 8, 13, 4096, 65536] {
+                let read = of_reader(Trickle {
+                    bytes: &bytes[..len],
+                    step,
+                })
+                .unwrap();
+                assert_eq!(read, whole, "len {len}, step {step}");
+            }
+        }
+        assert_ne!(of_bytes(&bytes[..8]), of_bytes(&bytes[..9]));
+    }
 }

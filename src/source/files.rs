@@ -104,10 +104,10 @@ impl ParseCache {
             else {
                 continue;
             };
-            let Ok(bytes) = std::fs::read(&path) else {
-                continue;
-            };
-            if crate::fingerprint::of_bytes(&bytes) != fingerprint {
+            // Streamed: this runs beside the pipeline's run after a cold start, whose peak
+            // memory a 20 MB manifest held whole would raise by as much.
+            let read = std::fs::File::open(&path).and_then(crate::fingerprint::of_reader);
+            if read.ok() != Some(fingerprint) {
                 continue;
             }
             let mut cached = self.files.lock().unwrap_or_else(|e| e.into_inner());
