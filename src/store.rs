@@ -163,6 +163,9 @@ impl Store {
                 if let Some(service) = slice_service(&key, &o) {
                     let slices = self.slices_by_service.entry(service).or_default();
                     if let Err(at) = slices.binary_search(&key) {
+                        // Most Services have one slice: no room for four (a push's first
+                        // growth).
+                        slices.reserve_exact(1);
                         slices.insert(at, key.clone());
                     }
                 }

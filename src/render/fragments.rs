@@ -104,6 +104,9 @@ impl Fragments {
                 texts.swap_remove(oldest);
             }
         }
+        // Most backends have one or two texts (the planner's blanked one): no room for
+        // four (a push's first growth).
+        texts.reserve_exact(1);
         texts.push(Remembered { reads, text, used });
     }
 

@@ -479,6 +479,8 @@ fn parse_file(file: &Path, text: &str) -> Parsed {
             }
         }
     });
+    // Kept as long as the file is unchanged: without the growth's spare room (up to half).
+    out.shrink_to_fit();
     out
 }
 
