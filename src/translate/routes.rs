@@ -112,7 +112,7 @@ type Claims<'a> = BTreeMap<(Table, String), Vec<(u8, usize, &'a RouteCandidate)>
 
 /// One regular route's claim on a map key. The route is `groups[group][route]` of the groups
 /// the claims were made from (each Ingress' routes are a group, in age order).
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct MapClaim {
     table: Table,
     specificity: u8,
@@ -158,8 +158,10 @@ impl SortedClaims {
             push_claims(groups, group, &mut claims);
         }
         claims.sort_unstable_by(|a, b| claim_order(groups, a, b));
-        // Kept from run to run; the capacity was a bound (two claims a route).
-        claims.shrink_to_fit();
+        // Kept from run to run; the capacity was a bound (two claims a route). A little room
+        // is left for `patch`, which merges in place: a new path's claims then do not move
+        // the 60 000 others to a larger allocation beside the old one.
+        claims.shrink_to(claims.len() + claims.len() / 64 + 16);
         SortedClaims(claims)
     }
 
@@ -183,16 +185,26 @@ impl SortedClaims {
             return SortedClaims(kept);
         }
         fresh.sort_unstable_by(|a, b| claim_order(groups, a, b));
-        let mut merged = Vec::with_capacity(kept.len() + fresh.len());
-        let mut fresh = fresh.into_iter().peekable();
-        for claim in kept {
-            while let Some(next) = fresh.next_if(|f| claim_order(groups, f, &claim).is_lt()) {
-                merged.push(next);
+        // Merged in place from the back, the largest first: the kept claims above each fresh
+        // one move up by the fresh ones still to place (a copy of the claims took 3.8 MB
+        // beside them at 10 000 Ingresses). The slots past the kept claims start as copies
+        // of a fresh one, each overwritten once.
+        let Some(last) = fresh.last().cloned() else {
+            return SortedClaims(kept);
+        };
+        let mut below = kept.len();
+        let mut free = below + fresh.len();
+        kept.resize(free, last);
+        while let Some(claim) = fresh.pop() {
+            while below > 0 && claim_order(groups, &kept[below - 1], &claim).is_gt() {
+                kept.swap(below - 1, free - 1);
+                below -= 1;
+                free -= 1;
             }
-            merged.push(claim);
+            kept[free - 1] = claim;
+            free -= 1;
         }
-        merged.extend(fresh);
-        SortedClaims(merged)
+        SortedClaims(kept)
     }
 }
 
