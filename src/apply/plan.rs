@@ -605,8 +605,31 @@ fn map_commands(
     let mut removals = Vec::new();
     let (mut i, mut j) = (0, 0);
     loop {
-        match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) if x.0 == y.0 => {
+        let (x, y) = (a.get(i), b.get(j));
+        // The side whose key comes first (an exhausted side comes last).
+        let order = match (x, y) {
+            (None, None) => break,
+            (Some(x), Some(y)) => x.0.cmp(y.0),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+        };
+        match (order, x, y) {
+            (std::cmp::Ordering::Less, Some(x), _) => {
+                removals.push(Command::DelMap {
+                    map: map.to_string(),
+                    key: x.0.to_string(),
+                });
+                i += 1;
+            }
+            (std::cmp::Ordering::Greater, _, Some(y)) => {
+                commands.push(Command::AddMap {
+                    map: map.to_string(),
+                    key: y.0.to_string(),
+                    value: y.1.to_string(),
+                });
+                j += 1;
+            }
+            (_, Some(x), Some(y)) => {
                 if x.1 != y.1 {
                     commands.push(Command::SetMap {
                         map: map.to_string(),
@@ -617,30 +640,8 @@ fn map_commands(
                 i += 1;
                 j += 1;
             }
-            (Some(x), Some(y)) if x.0 > y.0 => {
-                commands.push(Command::AddMap {
-                    map: map.to_string(),
-                    key: y.0.to_string(),
-                    value: y.1.to_string(),
-                });
-                j += 1;
-            }
-            (None, Some(y)) => {
-                commands.push(Command::AddMap {
-                    map: map.to_string(),
-                    key: y.0.to_string(),
-                    value: y.1.to_string(),
-                });
-                j += 1;
-            }
-            (Some(x), _) => {
-                removals.push(Command::DelMap {
-                    map: map.to_string(),
-                    key: x.0.to_string(),
-                });
-                i += 1;
-            }
-            (None, None) => break,
+            // Not reached: `order` names a side only when that side has an entry.
+            _ => break,
         }
     }
     commands.extend(removals);
@@ -1290,14 +1291,12 @@ mod tests {
             sort_new: bool,
         ) {
             let entries = |pairs: &[(String, String)], sort: bool| -> Vec<MapEntry> {
-                let mut list: Vec<MapEntry> = if sort {
+                if sort {
                     let unique: BTreeMap<_, _> = pairs.iter().cloned().collect();
                     unique.into_iter().map(|(key, value)| MapEntry { key: key.into(), value: value.into() }).collect()
                 } else {
                     pairs.iter().map(|(k, v)| MapEntry { key: k.clone().into(), value: v.clone().into() }).collect()
-                };
-                list.shrink_to_fit();
-                list
+                }
             };
             let (old, new) = (entries(&old, sort_old), entries(&new, sort_new));
             let as_map = |list: &[MapEntry]| -> BTreeMap<String, String> {

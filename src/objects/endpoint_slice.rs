@@ -64,7 +64,8 @@ impl AddressType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     /// The first address, when it is an IP address written in canonical form (the only form
-    /// the API accepts for IPv4 and IPv6 slices). The API gives later addresses no meaning.
+    /// the API accepts for IPv4 and IPv6 slices; Rust's parser refuses other IPv4 forms, and
+    /// IPv6 is written canonically again). The API gives later addresses no meaning.
     pub address: Option<IpAddr>,
     pub ready: Option<bool>,
     pub serving: Option<bool>,
@@ -78,13 +79,6 @@ pub struct Endpoint {
 pub struct EndpointPort {
     pub name: Option<String>,
     pub port: Option<i32>,
-}
-
-/// `text` as an address when it is written as Rust's parser (and so the API) writes it: an
-/// IPv4 address is accepted only in canonical form; IPv6 in any form, as it is then written
-/// canonically.
-fn parse_address(text: &str) -> Option<IpAddr> {
-    text.parse().ok()
 }
 
 // The API's JSON, as far as it is read.
@@ -113,7 +107,7 @@ struct WireEndpoint {
     target_ref: Option<WireTarget>,
 }
 
-#[derive(Deserialize, Serialize)]
+#[derive(Default, Deserialize, Serialize)]
 struct WireConditions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ready: Option<bool>,
@@ -157,17 +151,13 @@ impl<'de> Deserialize<'de> for EndpointSlice {
             .unwrap_or_default()
             .into_iter()
             .map(|e| {
-                let conditions = e.conditions.unwrap_or(WireConditions {
-                    ready: None,
-                    serving: None,
-                    terminating: None,
-                });
+                let conditions = e.conditions.unwrap_or_default();
                 Endpoint {
                     address: e
                         .addresses
                         .as_deref()
                         .and_then(<[String]>::first)
-                        .and_then(|a| parse_address(a)),
+                        .and_then(|a| a.parse().ok()),
                     ready: conditions.ready,
                     serving: conditions.serving,
                     terminating: conditions.terminating,

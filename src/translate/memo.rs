@@ -6,13 +6,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::objects::EndpointSlice;
 use k8s_openapi::api::core::v1::Secret;
 
 use super::backends::ResolvedPort;
 use super::tls;
 use crate::model::{PemFile, ServerSlots};
-use crate::objects::Key;
+use crate::objects::{EndpointSlice, Key};
 use crate::store::Store;
 
 /// Kept by the pipeline across runs; entries a run did not use are dropped after the next.

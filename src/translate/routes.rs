@@ -181,17 +181,14 @@ impl SortedClaims {
         for &group in replaced {
             push_claims(groups, group, &mut fresh);
         }
-        if fresh.is_empty() {
-            return SortedClaims(kept);
-        }
-        fresh.sort_unstable_by(|a, b| claim_order(groups, a, b));
-        // Merged in place from the back, the largest first: the kept claims above each fresh
-        // one move up by the fresh ones still to place (a copy of the claims took 3.8 MB
-        // beside them at 10 000 Ingresses). The slots past the kept claims start as copies
-        // of a fresh one, each overwritten once.
+        // Any fresh claim serves as a placeholder for the slots the merge below fills.
         let Some(last) = fresh.last().cloned() else {
             return SortedClaims(kept);
         };
+        fresh.sort_unstable_by(|a, b| claim_order(groups, a, b));
+        // Merged in place from the back, the largest first: the kept claims above each fresh
+        // one move up by the fresh ones still to place (a copy of the claims took 3.8 MB
+        // beside them at 10 000 Ingresses). Each placeholder slot is overwritten once.
         let mut below = kept.len();
         let mut free = below + fresh.len();
         kept.resize(free, last);
