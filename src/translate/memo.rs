@@ -129,9 +129,10 @@ impl Memo {
             }
         }
         // Parsed unlocked, as the server slots above.
-        let pem = tls::pem_file(key, secret);
-        let end = pem.as_ref().ok().and_then(|p| tls::not_after(&p.content));
-        let file = (pem, end);
+        let file = match tls::certificate_file(key, secret) {
+            Ok((pem, end)) => (Ok(pem), end),
+            Err(e) => (Err(e), None),
+        };
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let run = inner.run;
         inner.certificates.insert(

@@ -17,9 +17,16 @@ use crate::objects::Key;
 /// content's SHA-256 (neither the namespace nor the name can hold `_`).
 pub fn file_path(dir: &str, key: &Key, content: &str) -> String {
     let digest = Sha256::digest(content.as_bytes());
-    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{dir}/{}_{}_{hash}.pem", key.namespace, key.name)
+    let mut path = format!("{dir}/{}_{}_", key.namespace, key.name);
+    for b in &digest[..8] {
+        path.push(char::from(HEX[usize::from(b >> 4)]));
+        path.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    path.push_str(".pem");
+    path
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The Secret a certificate file under `certs/` was made from (see [`file_path`]).
 pub fn secret_of_path(path: &str) -> Option<Key> {
@@ -36,7 +43,11 @@ pub fn secret_of_path(path: &str) -> Option<Key> {
 /// When the (first) certificate of a PEM file stops being valid, in Unix seconds.
 pub fn not_after(pem: &str) -> Option<i64> {
     let blocks = pem_blocks(pem, "certificate").ok()?;
-    let der = &blocks.iter().find(|(l, _)| l == "CERTIFICATE")?.1;
+    certificate_not_after(&blocks.iter().find(|(l, _)| l == "CERTIFICATE")?.1)
+}
+
+/// The `notAfter` of a DER X.509 certificate, in Unix seconds.
+fn certificate_not_after(der: &[u8]) -> Option<i64> {
     let certificate = sequence(der)?;
     let fields = elements(certificate.first()?.1)?;
     let skip = usize::from(fields.first()?.0 == 0xa0);
@@ -75,6 +86,12 @@ fn parse_time(tag: u8, text: &str) -> Option<i64> {
 
 /// Builds the PEM file for a `kubernetes.io/tls`-shaped Secret (`tls.crt` + `tls.key`).
 pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
+    certificate_file(key, secret).map(|(pem, _)| pem)
+}
+
+/// [`pem_file`] and the leaf certificate's `notAfter` (see [`not_after`]), read from the
+/// certificate already decoded for the file.
+pub fn certificate_file(key: &Key, secret: &Secret) -> Result<(PemFile, Option<i64>), String> {
     let crt = secret_field(secret, "tls.crt")?;
     let tls_key = secret_field(secret, "tls.key")?;
     let certs = pem_blocks(&crt, "tls.crt")?;
@@ -94,13 +111,14 @@ pub fn pem_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
     key_matches_certificate(leaf, &key_block.0, &key_block.1)?;
     let mut content = String::new();
     for (label, body) in certs.iter().filter(|(l, _)| l == "CERTIFICATE") {
-        content.push_str(&encode_block(label, body));
+        encode_block(&mut content, label, body);
     }
-    content.push_str(&encode_block(&key_block.0, &key_block.1));
-    Ok(PemFile {
+    encode_block(&mut content, &key_block.0, &key_block.1);
+    let pem = PemFile {
         path: file_path("certs", key, &content),
         content: content.into(),
-    })
+    };
+    Ok((pem, certificate_not_after(leaf)))
 }
 
 /// Builds a CA bundle from a Secret's `ca.crt` (else `tls.crt`, the incumbent's key): every
@@ -121,7 +139,7 @@ pub fn ca_file(key: &Key, secret: &Secret) -> Result<PemFile, String> {
         if certificate_public_key(der).is_none() {
             return Err(format!("{field}: a certificate is not valid DER X.509"));
         }
-        content.push_str(&encode_block(label, der));
+        encode_block(&mut content, label, der);
     }
     if content.is_empty() {
         return Err(format!("{field} holds no CERTIFICATE block"));
@@ -353,14 +371,29 @@ fn pkcs8_public(key: &[u8]) -> Option<KeyPublic<'_>> {
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+/// Each byte's base64 value, or 255 for a byte outside the alphabet: one lookup per byte
+/// where a search of the alphabet took 32 comparisons on average.
+const B64_VALUES: [u8; 256] = {
+    let mut table = [255u8; 256];
+    let mut i = 0;
+    while i < 64 {
+        table[B64[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
     let s = s.trim_end_matches('=');
     let mut out = Vec::with_capacity(s.len() * 3 / 4);
     let mut acc: u32 = 0;
     let mut bits = 0;
     for c in s.bytes() {
-        let v = B64.iter().position(|&b| b == c)? as u32;
-        acc = (acc << 6) | v;
+        let v = B64_VALUES[usize::from(c)];
+        if v == 255 {
+            return None;
+        }
+        acc = (acc << 6) | u32::from(v);
         bits += 6;
         if bits >= 8 {
             bits -= 8;
@@ -371,8 +404,9 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+/// Appends `bytes` in base64 to `out`, a newline after every 64 characters and at the end.
+fn base64_lines(out: &mut String, bytes: &[u8]) {
+    let mut column = 0;
     for chunk in bytes.chunks(3) {
         let b = [
             chunk[0],
@@ -382,36 +416,65 @@ fn base64_encode(bytes: &[u8]) -> String {
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
-                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
+                out.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
             } else {
                 out.push('=');
             }
         }
+        column += 4;
+        if column == 64 {
+            out.push('\n');
+            column = 0;
+        }
     }
-    out
+    if column != 0 {
+        out.push('\n');
+    }
 }
 
-fn encode_block(label: &str, body: &[u8]) -> String {
-    let b64 = base64_encode(body);
-    let mut s = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        s.push_str(&String::from_utf8_lossy(line));
-        s.push('\n');
-    }
-    s.push_str(&format!("-----END {label}-----\n"));
-    s
+/// Appends a PEM block of `label` holding `body` to `out`.
+fn encode_block(out: &mut String, label: &str, body: &[u8]) {
+    out.reserve(body.len().div_ceil(3) * 4 * 65 / 64 + 2 * label.len() + 40);
+    out.push_str("-----BEGIN ");
+    out.push_str(label);
+    out.push_str("-----\n");
+    base64_lines(out, body);
+    out.push_str("-----END ");
+    out.push_str(label);
+    out.push_str("-----\n");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Known values (RFC 4648), lines of 64 characters, and every length decoded back; a
+    /// byte outside the alphabet is refused.
     #[test]
-    fn base64_round_trips() {
-        for len in 0..70 {
-            let data: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
-            assert_eq!(base64_decode(&base64_encode(&data)), Some(data));
+    fn base64_round_trips_in_lines_of_64() {
+        for (plain, encoded) in [
+            ("f", "Zg==\n"),
+            ("fo", "Zm8=\n"),
+            ("foo", "Zm9v\n"),
+            ("foobar", "Zm9vYmFy\n"),
+        ] {
+            let mut out = String::new();
+            base64_lines(&mut out, plain.as_bytes());
+            assert_eq!(out, encoded);
+            assert_eq!(base64_decode(encoded.trim_end()).unwrap(), plain.as_bytes());
         }
+        for len in 1..200 {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
+            let mut out = String::new();
+            base64_lines(&mut out, &data);
+            let lines: Vec<&str> = out.strip_suffix('\n').unwrap().split('\n').collect();
+            let (last, full) = lines.split_last().unwrap();
+            assert!(full.iter().all(|l| l.len() == 64), "{len}: {out:?}");
+            assert!(!last.is_empty() && last.len() <= 64, "{len}: {out:?}");
+            assert_eq!(base64_decode(&lines.concat()), Some(data));
+        }
+        assert_eq!(base64_decode("Zm9v!"), None);
+        assert_eq!(base64_decode("Zm 9v"), None);
     }
 
     fn secret(crt: &str, key: &str) -> Secret {
@@ -484,6 +547,12 @@ mod tests {
         // rsa.crt: notAfter=Nov  5 22:02:11 2126 GMT (`openssl x509 -noout -enddate`),
         // which `date -d ... +%s` gives as 4949589731.
         assert_eq!(not_after(fixture!("rsa.crt")), Some(4_949_589_731));
+        // The file made from a Secret reports the same date, read from its decoded leaf.
+        let key = Key::new("ns", "web-tls");
+        let (pem, end) =
+            certificate_file(&key, &secret(fixture!("rsa.crt"), fixture!("rsa.key"))).unwrap();
+        assert_eq!(end, Some(4_949_589_731));
+        assert_eq!(not_after(&pem.content), end);
         assert_eq!(parse_time(0x17, "700101000000Z"), Some(0));
         assert_eq!(parse_time(0x18, "20000301000000Z"), Some(951_868_800));
     }
