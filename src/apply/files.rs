@@ -77,7 +77,12 @@ pub fn write_atomically(
             .and_then(|k| k.files().get(name))
             .is_some_and(|before| before == bytes)
             && std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes.len() as u64);
-        if written_before || std::fs::read(&path).is_ok_and(|old| bytes.is(&old)) {
+        // Compared as it is read, not read whole first.
+        let on_disk = || -> std::io::Result<bool> {
+            let file = std::fs::File::open(&path)?;
+            Ok(file.metadata()?.len() == bytes.len() as u64 && bytes.same_as_read(file)?)
+        };
+        if written_before || on_disk().unwrap_or(false) {
             continue;
         }
         let err = |source| FilesError::Write {

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -172,15 +172,38 @@ impl Content {
         out.flush()
     }
 
-    /// Whether these are the bytes `other`.
-    pub fn is(&self, other: &[u8]) -> bool {
-        let mut rest = other;
-        self.len == other.len()
-            && self.pieces().all(|piece| {
-                let (head, tail) = rest.split_at(piece.len());
-                rest = tail;
-                head == piece
-            })
+    /// Whether `reader` yields exactly these bytes, read a block at a time: a file on disk
+    /// is compared without holding a copy of it (haproxy.cfg is megabytes).
+    pub fn same_as_read(&self, mut reader: impl Read) -> std::io::Result<bool> {
+        let mut block = vec![0u8; 64 * 1024];
+        let mut pieces = self.pieces();
+        let mut rest: &[u8] = &[];
+        loop {
+            let n = match reader.read(&mut block) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if n == 0 {
+                return Ok(rest.is_empty() && pieces.all(<[u8]>::is_empty));
+            }
+            let mut got = &block[..n];
+            while !got.is_empty() {
+                if rest.is_empty() {
+                    match pieces.next() {
+                        Some(piece) => rest = piece,
+                        None => return Ok(false),
+                    }
+                    continue;
+                }
+                let k = rest.len().min(got.len());
+                if rest[..k] != got[..k] {
+                    return Ok(false);
+                }
+                rest = &rest[k..];
+                got = &got[k..];
+            }
+        }
     }
 
     /// Whether both are the same pieces (and so equal without a look at the bytes).
@@ -408,6 +431,18 @@ mod tests {
         assert_eq!(text(&content), "xyxx".repeat(MAX_PIECES));
     }
 
+    /// A reader giving at most `.1` bytes a call.
+    struct Trickle<'a>(&'a [u8], usize);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.len().min(self.1).min(buf.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
     proptest! {
         /// Splicing is replacing the ranges in a flat copy; equality is the bytes'.
         #[test]
@@ -452,8 +487,18 @@ mod tests {
                     flipped[0] ^= 1;
                     prop_assert_ne!(&content, &Content::whole(flipped));
                 }
-                prop_assert!(content.is(&expected));
-                prop_assert!(!content.is(&expected[..expected.len().saturating_sub(1)]) || expected.is_empty());
+                // Read back in blocks of any size, as from a file.
+                for size in [1, 3, 64 * 1024] {
+                    let same = |bytes: &[u8]| content.same_as_read(Trickle(bytes, size)).unwrap();
+                    prop_assert!(same(&expected));
+                    prop_assert!(!same(&[&expected[..], b"!"].concat()));
+                    if let Some((_, shorter)) = expected.split_last() {
+                        prop_assert!(!same(shorter));
+                        let mut flipped = expected.clone();
+                        flipped[shorter.len()] ^= 1;
+                        prop_assert!(!same(&flipped));
+                    }
+                }
                 let mut written = Vec::new();
                 content.write_to(&mut written).unwrap();
                 prop_assert_eq!(&written, &expected);

@@ -1104,7 +1104,8 @@ mod tests {
                 renderer
                     .render_config_cached(model)
                     .unwrap()
-                    .is(expected.as_bytes())
+                    .same_as_read(expected.as_bytes())
+                    .unwrap()
             );
         }
         assert_ne!(
