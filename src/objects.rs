@@ -7,14 +7,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 mod endpoint_slice;
+mod service;
 
 pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice};
+pub use service::{LoadBalancerAddress, Service, ServicePort};
 
 /// API group and version of the TCP custom resource (shared with the incumbent controller).
 pub const TCP_API_VERSION: &str = "ingress.v3.haproxy.org/v3";

@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
-use crate::objects::{EndpointSlice, Key, Kind, Object, Tcp};
+use crate::objects::{EndpointSlice, Key, Kind, Object, Service, Tcp};
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

@@ -37,12 +37,8 @@ pub fn publish_addresses(publish: &Publish, store: &Store) -> Vec<IngressLoadBal
         Publish::Addresses(addresses) => addresses.iter().filter_map(|a| entry(a)).collect(),
         Publish::Service(key) => store.service(key).map_or_else(Vec::new, |service| {
             let from_lb: Vec<_> = service
-                .status
-                .as_ref()
-                .and_then(|s| s.load_balancer.as_ref())
-                .and_then(|lb| lb.ingress.as_ref())
-                .into_iter()
-                .flatten()
+                .load_balancer
+                .iter()
                 .filter_map(|i| {
                     let ip = i.ip.clone().filter(|s| !s.is_empty());
                     let hostname = i.hostname.clone().filter(|s| !s.is_empty());
@@ -56,17 +52,17 @@ pub fn publish_addresses(publish: &Publish, store: &Store) -> Vec<IngressLoadBal
             if !from_lb.is_empty() {
                 return from_lb;
             }
-            let spec = service.spec.as_ref();
-            let external: Vec<_> = spec
-                .and_then(|s| s.external_ips.as_ref())
-                .into_iter()
-                .flatten()
+            let external: Vec<_> = service
+                .external_ips
+                .iter()
                 .filter_map(|a| entry(a))
                 .collect();
             if !external.is_empty() {
                 return external;
             }
-            spec.and_then(|s| s.cluster_ip.as_deref())
+            service
+                .cluster_ip
+                .as_deref()
                 .filter(|ip| *ip != "None")
                 .and_then(entry)
                 .into_iter()

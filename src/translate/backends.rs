@@ -2,11 +2,10 @@
 
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::objects::Key;
+use crate::objects::{Key, Service, ServicePort};
 use crate::store::Store;
 use crate::translate::slots::Endpoint;
 
@@ -23,11 +22,7 @@ pub struct ResolvedPort {
 
 /// Finds the Service port `port` refers to (by name or by number).
 pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<ResolvedPort, String> {
-    let spec = service
-        .spec
-        .as_ref()
-        .ok_or_else(|| "the Service has no spec".to_string())?;
-    let ports: &[ServicePort] = spec.ports.as_deref().unwrap_or_default();
+    let ports = service.ports.as_slice();
     let wanted = match (&port.name, port.number) {
         (Some(name), _) if !name.is_empty() => ports
             .iter()
@@ -35,8 +30,8 @@ pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<Reso
         (_, Some(number)) => ports.iter().find(|p| p.port == number),
         _ => return Err("the backend names no port".to_string()),
     };
-    let external = (spec.type_.as_deref() == Some("ExternalName"))
-        .then(|| spec.external_name.clone())
+    let external = (service.type_.as_deref() == Some("ExternalName"))
+        .then(|| service.external_name.clone())
         .flatten();
     if let Some(dns_name) = external {
         let dns_name = crate::values::parse_host(&dns_name)

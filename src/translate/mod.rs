@@ -397,15 +397,14 @@ impl<'a> Translator<'a> {
             );
             return;
         };
-        let first_port = service
-            .spec
-            .as_ref()
-            .and_then(|s| s.ports.as_ref())
-            .and_then(|p| p.first())
-            .map(|p| k8s_openapi::api::networking::v1::ServiceBackendPort {
-                name: None,
-                number: Some(p.port),
-            });
+        let first_port =
+            service
+                .ports
+                .first()
+                .map(|p| k8s_openapi::api::networking::v1::ServiceBackendPort {
+                    name: None,
+                    number: Some(p.port),
+                });
         let Some(port) = first_port else {
             self.diags.object(
                 Severity::Error,
