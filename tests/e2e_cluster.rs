@@ -304,8 +304,10 @@ fn an_api_server_outage_never_stops_haproxy_and_nothing_is_lost() {
 
     // Back: the final state, every change included.
     cluster.resume();
+    // Each watch retries on kube-runtime's default backoff (doubling from 0.8 s, jittered,
+    // at most 30 s apart): one whose next try falls late comes back up to 30 s after this.
     wait_until(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         "converged after the outage",
         || {
             h.try_get("shop.example", "/api")
