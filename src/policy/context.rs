@@ -6,6 +6,7 @@
 //! there). When no source has a valid value, the accessor returns `()`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rhai::{Array, Dynamic, Engine, INT, Map};
@@ -139,6 +140,10 @@ struct Inner {
     /// Shared with derived contexts: what the running hook call read and reported, while
     /// [`super::memo`] records it.
     trace: Arc<Mutex<Option<Trace>>>,
+    /// Shared with derived contexts: whether a fact was read (by a script or a replay)
+    /// since [`HookContext::forget_facts_read`]. A hook run that read none gives the same
+    /// result for any facts (see [`super::memo::WholeRuns`]).
+    facts_read: Arc<AtomicBool>,
 }
 
 /// A context's subject and sources, borrowed, and those of the contexts derived from it
@@ -230,6 +235,7 @@ impl HookContext {
                 service: None,
                 view: Vec::new(),
                 trace: Arc::new(Mutex::new(None)),
+                facts_read: Arc::new(AtomicBool::new(false)),
             }),
         }
     }
@@ -250,6 +256,7 @@ impl HookContext {
                     service: i.service.clone(),
                     view: i.view.clone(),
                     trace: i.trace.clone(),
+                    facts_read: i.facts_read.clone(),
                 });
             }
         }
@@ -265,8 +272,9 @@ impl HookContext {
         self
     }
 
-    /// Feeds everything hooks can read through this context into `state`: the subject, every
-    /// source (object, kind of keys, values), the Service's, the facts, the snippet policy.
+    /// Feeds everything hooks can read through this context but the facts into `state`: the
+    /// subject, every source (object, kind of keys, values), the Service's, the snippet
+    /// policy; [`Self::hash_facts`] feeds the facts.
     /// Contexts that feed the same give every hook the same result (see
     /// [`super::memo::WholeRuns`]).
     pub fn hash_inputs(&self, state: &mut impl std::hash::Hasher) {
@@ -280,8 +288,22 @@ impl HookContext {
             source.values.hash(state);
         }
         i.service.is_some().hash(state);
-        i.facts.hash(state);
         i.snippets.hash(state);
+    }
+
+    /// Feeds the facts into `state` (see [`Self::hash_inputs`]).
+    pub fn hash_facts(&self, state: &mut impl std::hash::Hasher) {
+        std::hash::Hash::hash(&self.inner.facts, state);
+    }
+
+    /// Whether a fact was read since [`Self::forget_facts_read`], here or in a context
+    /// derived from this one.
+    pub(crate) fn facts_read(&self) -> bool {
+        self.inner.facts_read.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn forget_facts_read(&self) {
+        self.inner.facts_read.store(false, Ordering::Relaxed);
     }
 
     pub fn subject(&self) -> &ObjectRef {
@@ -358,7 +380,10 @@ impl HookContext {
             ReadKey::LookupKind { kind, names, .. } => {
                 ReadValue::Found(owned(v.found(names, Some(kind))))
             }
-            ReadKey::Fact(name) => ReadValue::Text(self.inner.facts.get(name.as_str()).cloned()),
+            ReadKey::Fact(name) => {
+                self.inner.facts_read.store(true, Ordering::Relaxed);
+                ReadValue::Text(self.inner.facts.get(name.as_str()).cloned())
+            }
             ReadKey::Subject { part, .. } => ReadValue::Text(Some(subject_part(v.subject, *part))),
             ReadKey::Exists(_) => ReadValue::Flag(true),
             ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", self.inner.snippets))),
@@ -730,6 +755,7 @@ impl HookContext {
                 service: None,
                 view,
                 trace: self.inner.trace.clone(),
+                facts_read: self.inner.facts_read.clone(),
             }),
         })
     }
@@ -760,6 +786,7 @@ impl HookContext {
                 service: self.inner.service.clone(),
                 view,
                 trace: self.inner.trace.clone(),
+                facts_read: self.inner.facts_read.clone(),
             }),
         }
     }
@@ -795,6 +822,7 @@ impl HookContext {
     }
 
     fn fact(&mut self, name: &str) -> Dynamic {
+        self.inner.facts_read.store(true, Ordering::Relaxed);
         let value = self.inner.facts.get(name).cloned();
         self.note(|| {
             (

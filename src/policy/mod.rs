@@ -430,11 +430,11 @@ impl PolicyEngine {
         diags: &mut Diagnostics,
         compute: impl FnOnce(&mut Diagnostics) -> T,
     ) -> T {
-        let key = self.whole.key(ctx);
+        let keys = self.whole.keys(ctx);
         let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
         if let Some(done) = self
             .whole
-            .find(hook, key)
+            .find(hook, keys)
             .filter(|d| spent.saturating_add(d.operations) <= self.run_budget)
         {
             if let Some(value) = done.value.downcast_ref::<T>() {
@@ -446,6 +446,7 @@ impl PolicyEngine {
             }
         }
         STOPPED.with(|s| s.set(false));
+        ctx.forget_facts_read();
         let mut own = Diagnostics::new();
         let value = compute(&mut own);
         let operations = RUN_OPERATIONS
@@ -460,7 +461,9 @@ impl PolicyEngine {
         // The remembered equal value, whose shared parts (`Arc`s) the caller then shares too:
         // most routes come out with the same settings.
         let value = shared.downcast_ref::<T>().cloned().unwrap_or(value);
-        self.whole.remember(hook, key, shared, reports, operations);
+        let facts_free = !ctx.facts_read();
+        self.whole
+            .remember(hook, keys, facts_free, shared, reports, operations);
         value
     }
 
@@ -781,6 +784,54 @@ fn backend(ctx) {
             assert!(diags[0].contains("Service ns/quiet"), "{diags:?}");
         }
         assert_eq!(engine.memo_len(), 5);
+    }
+
+    /// A whole run that read no fact is found again for any facts (the other routes of an
+    /// Ingress); one that read a fact only for the same facts.
+    #[test]
+    fn whole_runs_without_fact_reads_are_shared_across_facts() {
+        let engine = PolicyEngine::compile(vec![source(
+            "tiers.rhai",
+            r#"
+fn backend(ctx) {
+    if ctx.duration("timeout-server") == () { return #{ "timeout_server": 5000 }; }
+    if ctx.fact("tier") == "slow" { #{ "timeout_server": 9000 } } else { #{ "timeout_server": 1000 } }
+}"#,
+        )])
+        .unwrap();
+        let run_on = |name: &str, timeout: Option<&str>, tier: &str| {
+            let obj = ObjectRef::new(Kind::Service, &Key::new("ns", name));
+            let values: BTreeMap<String, String> = timeout
+                .map(|t| ("haproxy.org/timeout-server".to_string(), t.to_string()))
+                .into_iter()
+                .collect();
+            let ctx = HookContext::new(
+                obj.clone(),
+                vec![ValueSource::annotations(obj, Arc::new(values))],
+                BTreeMap::from([("tier", tier.to_string())]),
+            );
+            let out = engine.run_backend(&ctx, &mut Diagnostics::new());
+            let whole = engine.remembered() - engine.memo_len();
+            (out.timeouts.get("server").copied(), whole)
+        };
+        let run = |timeout: Option<&str>, tier: &str| run_on("web", timeout, tier);
+        engine.begin_run();
+        assert_eq!(run(None, "slow"), (Some(5000), 1));
+        assert_eq!(
+            run(None, "fast"),
+            (Some(5000), 1),
+            "found without its facts"
+        );
+        assert_eq!(run(Some("1s"), "slow"), (Some(9000), 2));
+        assert_eq!(run(Some("1s"), "fast"), (Some(1000), 3), "a fact was read");
+        assert_eq!(run(Some("1s"), "slow"), (Some(9000), 3));
+        assert_eq!(run(None, "other"), (Some(5000), 3));
+        // Another object: no whole run to find, the script's reads replayed from the memo,
+        // the fact among them.
+        let memo = engine.memo_len();
+        assert_eq!(run_on("api", Some("1s"), "slow"), (Some(9000), 4));
+        assert_eq!(engine.memo_len(), memo, "replayed, not run");
+        assert_eq!(run_on("api", Some("1s"), "fast"), (Some(1000), 5));
     }
 
     fn service_ctx(annotations: &[(&str, &str)]) -> HookContext {
