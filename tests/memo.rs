@@ -275,7 +275,9 @@ fn an_ingress_whose_https_side_changes_is_not_taken_as_before() {
 
 /// Runs that take parts drop no remembered result, so the results of replaced Ingresses pile
 /// up; once the memos have grown by a quarter since the last full run, a full run prunes
-/// them. A long stream of Ingress changes alone must not grow memory without bound.
+/// them. A long stream of Ingress changes alone must not grow memory without bound: here
+/// each change gives its Ingress an annotation value never seen before, so every one leaves
+/// results that no later run uses.
 #[test]
 fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
     let synth_config = SynthConfig::new(4, 20, 3);
@@ -285,7 +287,20 @@ fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
     let rounds = 600_u64;
     for generation in 1..=rounds {
         let i = usize::try_from(generation % 20).unwrap();
-        store.upsert(synth::changed_ingress(&synth_config, i, generation).unwrap());
+        let Object::Ingress(mut ingress) =
+            synth::changed_ingress(&synth_config, i, generation).unwrap()
+        else {
+            unreachable!("an Ingress")
+        };
+        std::sync::Arc::make_mut(&mut ingress)
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                "haproxy.org/timeout-client".to_string(),
+                format!("{generation}ms"),
+            );
+        store.upsert(Object::Ingress(ingress));
         drop(warm.run(&store).unwrap());
     }
     let partial = warm.partial_runs();
