@@ -342,7 +342,9 @@ fn an_api_server_outage_never_stops_haproxy_and_nothing_is_lost() {
     set_endpoints(&cluster, "api", &[("c", c)]);
     cluster.server.compact();
     cluster.resume();
-    wait_until(Duration::from_secs(30), "converged after 410 Gone", || {
+    // The watches' backoff has not been reset since the outage above (kube-runtime resets
+    // it after 120 s without an error): the next try can again fall up to 30 s away.
+    wait_until(Duration::from_secs(60), "converged after 410 Gone", || {
         h.try_get("shop.example", "/")
             .is_some_and(|a| a.status == 404)
             && h.try_get("extra.example", "/")
