@@ -28,7 +28,7 @@ use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
     Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
 };
-use crate::objects::{Key, Kind, ObjectRef};
+use crate::objects::{Key, Kind, ObjectRef, Service};
 use crate::policy::{HookContext, PolicyEngine, ValueSource};
 use crate::store::Store;
 use crate::values;
@@ -477,7 +477,7 @@ impl<'a> Translator<'a> {
         backend: &IngressBackend,
         field: &str,
     ) -> Option<String> {
-        let (key, resolved) =
+        let (key, resolved, _) =
             self.resolve_ingress_backend(ingress, backend, || field.to_string())?;
         Some(self.register_backend(&key, resolved, Some((ingress.clone(), annotations.clone()))))
     }
@@ -490,7 +490,7 @@ impl<'a> Translator<'a> {
         ingress: &ObjectRef,
         backend: &IngressBackend,
         field: impl Fn() -> String,
-    ) -> Option<(Key, ResolvedPort)> {
+    ) -> Option<(Key, ResolvedPort, &'a Arc<Service>)> {
         let Some(svc) = &backend.service else {
             self.diags.object(
                 Severity::Error,
@@ -512,7 +512,7 @@ impl<'a> Translator<'a> {
         };
         let port = svc.port.clone().unwrap_or_default();
         match backends::resolve_port(service, &port) {
-            Ok(resolved) => Some((key, resolved)),
+            Ok(resolved) => Some((key, resolved, service)),
             Err(e) => {
                 self.diags.object(
                     Severity::Error,
@@ -526,12 +526,8 @@ impl<'a> Translator<'a> {
     }
 
     /// The annotations of Service `key`, for `ctx.service()` in route hooks.
-    fn service_source(&self, key: &Key) -> ValueSource {
-        let annotations = self
-            .store
-            .service(key)
-            .and_then(|s| s.metadata.annotations.clone())
-            .unwrap_or_default();
+    fn service_source(key: &Key, service: &Service) -> ValueSource {
+        let annotations = service.metadata.annotations.clone().unwrap_or_default();
         ValueSource::annotations(ObjectRef::new(Kind::Service, key), Arc::new(annotations))
     }
 
@@ -888,6 +884,9 @@ impl<'a> Translator<'a> {
         // without a rule of its own follows the Ingress' first route.
         let mut redirect_by_host: BTreeMap<String, (bool, u16)> = BTreeMap::new();
         let mut first_redirect: Option<(bool, u16)> = None;
+        // The Services' annotations as hook sources, made once per Service: the paths of an
+        // Ingress mostly name one or two.
+        let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
         for (i, rule) in spec.rules.iter().flatten().enumerate() {
             let host = match rule.host.as_deref() {
                 None | Some("") => String::new(),
@@ -933,7 +932,7 @@ impl<'a> Translator<'a> {
                         continue;
                     }
                 };
-                let Some((service_key, resolved)) =
+                let Some((service_key, resolved, service)) =
                     self.resolve_ingress_backend(&object, &path.backend, || {
                         format!("{field}.backend")
                     })
@@ -947,7 +946,16 @@ impl<'a> Translator<'a> {
                 ]);
                 let ctx = HookContext::new(object.clone(), sources.clone(), facts)
                     .with_snippets(self.config.snippets)
-                    .with_service(self.service_source(&service_key));
+                    .with_service(
+                        match service_sources.iter().find(|(k, _)| *k == service_key) {
+                            Some((_, source)) => source.clone(),
+                            None => {
+                                let source = Self::service_source(&service_key, service);
+                                service_sources.push((service_key.clone(), source.clone()));
+                                source
+                            }
+                        },
+                    );
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
                 // ssl-passthrough: the host goes to the Service's TCP backend by SNI; the
                 // path makes no HTTP route.
@@ -1666,5 +1674,68 @@ mod tests {
             assert_eq!(id.len(), 11);
         }
         assert_ne!(policy_id(&settings[0]), policy_id(&settings[1]));
+    }
+
+    /// Route hooks read the annotations of the Service each path names (`ctx.service()`),
+    /// whichever Services the Ingress' other paths name before or after it.
+    #[test]
+    fn each_path_reads_its_own_services_annotations() {
+        use crate::objects::Object;
+        use serde_json::json;
+        let service = |name: &str, standalone: bool| {
+            let annotations = if standalone {
+                json!({"haproxy.org/standalone-backend": "true"})
+            } else {
+                json!({})
+            };
+            Object::from_value(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "spec": {"ports": [{"port": 80}]}}))
+            .unwrap()
+        };
+        let path = |p: &str, service: &str| {
+            json!({"path": p, "pathType": "Prefix",
+                "backend": {"service": {"name": service, "port": {"number": 80}}}})
+        };
+        let ingress = Object::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"ingressClassName": "portcullis", "rules": [
+                {"host": "a.example.com", "http": {"paths": [
+                    path("/1", "plain"), path("/2", "own"), path("/3", "plain"), path("/4", "own")]}},
+                {"host": "b.example.com", "http": {"paths": [path("/", "own"), path("/x", "plain")]}}]}
+        }))
+        .unwrap();
+        let store =
+            Store::from_objects(vec![service("plain", false), service("own", true), ingress]);
+        let pipeline =
+            crate::pipeline::Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+        let output = pipeline.run_with(&store, &RunInputs::default()).unwrap();
+        let cfg = output.rendered.haproxy_cfg();
+        assert!(cfg.contains("backend ns_plain_80\n"), "{cfg}");
+        assert!(cfg.contains("backend ns_web_svc_own_80\n"), "{cfg}");
+        assert!(!cfg.contains("backend ns_own_80\n"), "{cfg}");
+        assert!(!cfg.contains("backend ns_web_svc_plain_80\n"), "{cfg}");
+        let exact_and_prefix: String = output
+            .rendered
+            .files()
+            .iter()
+            .filter(|(name, _)| name.ends_with(".map"))
+            .filter_map(|(_, content)| content.text())
+            .collect();
+        for (key, backend) in [
+            ("a.example.com/1", "ns_plain_80"),
+            ("a.example.com/2", "ns_web_svc_own_80"),
+            ("a.example.com/3", "ns_plain_80"),
+            ("a.example.com/4", "ns_web_svc_own_80"),
+            ("b.example.com/x", "ns_plain_80"),
+        ] {
+            assert!(
+                exact_and_prefix
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{key} {backend}"))),
+                "{key} → {backend}:\n{exact_and_prefix}"
+            );
+        }
     }
 }
