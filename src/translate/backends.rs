@@ -145,6 +145,7 @@ fn address_text(address: &IpAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::Object;
 
     proptest::proptest! {
         #[test]
@@ -165,7 +166,6 @@ mod tests {
             assert_eq!(address_text(&IpAddr::from(octets)), text);
         }
     }
-    use crate::objects::Object;
 
     /// The endpoints of Service `ns/web` on port `http` when its one slice (IPv4 or IPv6 by
     /// `address_type`) lists `addresses`, one endpoint each, all ready.
