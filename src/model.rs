@@ -799,6 +799,10 @@ pub struct FrontendRules {
     /// step costs every request (map lookups, variables), so a step no route needs is left
     /// out, and the first route that needs it changes haproxy.cfg (a reload).
     pub hostless_routes: bool,
+    /// Some route has a policy (some HTTP backend has `policies`): only then do the
+    /// frontends split `txn.policy` off the route, as every policy rule reads it. The first
+    /// policy changes a backend section too, so it costs no extra reload.
+    pub route_policies: bool,
 }
 
 /// One capture slot of both frontends.

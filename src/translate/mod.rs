@@ -1280,6 +1280,7 @@ impl<'a> Translator<'a> {
         drop(groups);
 
         let backends = self.http_backends(&ingress_parts);
+        let route_policies = backends.iter().any(|b| !b.policies.is_empty());
         let (sni, winners) = tls_edge::sni_map(parts_tls.passthrough.clone(), &mut self.diags);
         maps.sni = sni;
         for claim in winners {
@@ -1361,6 +1362,7 @@ impl<'a> Translator<'a> {
                 canaries,
                 wildcard_hosts: host_kinds.wildcard,
                 hostless_routes: host_kinds.none,
+                route_policies,
             },
             redirect_codes,
             backends,
@@ -1737,5 +1739,77 @@ mod tests {
                 "{key} → {backend}:\n{exact_and_prefix}"
             );
         }
+    }
+
+    /// `txn.policy` is split off the route only while some route has a policy, in a run
+    /// from scratch and in runs that take the other Ingresses from the last one; and the
+    /// policy's rule is there to read it.
+    #[test]
+    fn txn_policy_is_set_while_some_route_has_a_policy() {
+        use crate::objects::Object;
+        use serde_json::json;
+        let ingress = |name: &str, annotations: serde_json::Value| {
+            Object::from_value(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "spec": {"ingressClassName": "portcullis", "rules": [
+                    {"host": format!("{name}.example.com"), "http": {"paths": [
+                        {"path": "/", "pathType": "Prefix",
+                         "backend": {"service": {"name": name, "port": {"number": 80}}}}]}}]}
+            }))
+            .unwrap()
+        };
+        let service = |name: &str| {
+            Object::from_value(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"ports": [{"port": 80}]}}))
+            .unwrap()
+        };
+        let split = "http-request set-var(txn.policy) var(txn.route),field(2,.)\n";
+        let allow = json!({"haproxy.org/allow-list": "10.0.0.0/8"});
+        let mut store = Store::from_objects(vec![
+            service("a"),
+            service("b"),
+            ingress("a", json!({})),
+            ingress("b", json!({})),
+        ]);
+        let pipeline =
+            crate::pipeline::Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+        let fresh = |store: &Store| {
+            crate::pipeline::Pipeline::load(None, None, TranslateConfig::default())
+                .unwrap()
+                .run(store)
+                .unwrap()
+                .rendered
+                .haproxy_cfg()
+                .to_string()
+        };
+        for (round, b_annotations, policies) in [
+            (0, json!({}), false),
+            (1, allow.clone(), true),
+            (2, json!({}), false),
+            (3, allow, true),
+        ] {
+            if round > 0 {
+                store.upsert(ingress("b", b_annotations));
+            }
+            let cfg = pipeline
+                .run(&store)
+                .unwrap()
+                .rendered
+                .haproxy_cfg()
+                .to_string();
+            assert_eq!(cfg.contains(split), policies, "round {round}:\n{cfg}");
+            assert_eq!(
+                cfg.contains("http-request deny if { var(txn.policy) -m str p"),
+                policies,
+                "round {round}:\n{cfg}"
+            );
+            assert_eq!(cfg, fresh(&store), "round {round}");
+        }
+        assert!(
+            pipeline.partial_runs() >= 3,
+            "the later runs took Ingress a"
+        );
     }
 }
