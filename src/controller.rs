@@ -256,6 +256,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             process: None,
         },
     };
+    let mut expiry = CertificateExpiry::default();
     let mut applier = Applier::new(
         config.config_dir.clone(),
         config.haproxy_bin.clone(),
@@ -349,7 +350,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
-                        if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
+                        if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first).await {
                             break Err(e);
                         }
                         if let (Source::Cluster(c), Some(store)) = (&source, store) {
@@ -372,7 +373,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
-                                if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, first).await {
+                                if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first).await {
                                     break Err(e);
                                 }
                             }
@@ -548,6 +549,7 @@ async fn apply_output(
     applier: &mut Applier,
     status: &Status,
     metrics: &Metrics,
+    expiry: &mut CertificateExpiry,
     first_event: Instant,
 ) -> Result<(), RunError> {
     let started = Instant::now();
@@ -622,7 +624,7 @@ async fn apply_output(
             if !same_certificates {
                 metrics
                     .certificate_expiry
-                    .replace_all(&certificate_expiry(&output.model));
+                    .replace_all(&expiry.read(&output.model.tls.pem_files));
             }
             status.update(|s| {
                 s.ready = true;
@@ -640,19 +642,35 @@ async fn apply_output(
     Ok(())
 }
 
-/// The `notAfter` of every certificate in `model`, labelled with its Secret (`namespace/name`),
-/// for `portcullis_certificate_expiry_timestamp_seconds`.
-fn certificate_expiry(model: &crate::model::Model) -> Vec<(Vec<String>, f64)> {
-    model
-        .tls
-        .pem_files
-        .iter()
-        .filter_map(|pem| {
-            let secret = crate::translate::tls::secret_of_path(&pem.path)?;
-            let end = crate::translate::tls::not_after(&pem.content)?;
-            Some((vec![secret.to_string()], end as f64))
-        })
-        .collect()
+/// The `notAfter` of the certificates last read, by file name. A certificate file's name
+/// holds a digest of its content, so only new files are decoded: a Secret renewed among
+/// thousands costs one decoding, not thousands.
+#[derive(Debug, Default)]
+struct CertificateExpiry(std::collections::HashMap<String, Option<i64>>);
+
+impl CertificateExpiry {
+    /// The `notAfter` of every certificate of `files`, labelled with its Secret
+    /// (`namespace/name`), for `portcullis_certificate_expiry_timestamp_seconds`. Forgets the
+    /// files no longer there.
+    fn read(&mut self, files: &[crate::model::PemFile]) -> Vec<(Vec<String>, f64)> {
+        let mut known = std::collections::HashMap::with_capacity(files.len());
+        let mut expiry = Vec::new();
+        for pem in files {
+            let Some(secret) = crate::translate::tls::secret_of_path(&pem.path) else {
+                continue;
+            };
+            let end = match self.0.remove(&pem.path) {
+                Some(end) => end,
+                None => crate::translate::tls::not_after(&pem.content),
+            };
+            if let Some(end) = end {
+                expiry.push((vec![secret.to_string()], end as f64));
+            }
+            known.insert(pem.path.clone(), end);
+        }
+        self.0 = known;
+        expiry
+    }
 }
 
 /// The output without the certificates HAProxy's check messages name, with an error for each
@@ -766,6 +784,40 @@ async fn check_haproxy_binary(bin: &str) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A certificate file is decoded when its name is new: a renewed Secret (a new name)
+    /// is read again, a file gone is forgotten, and a name seen last time is not decoded.
+    #[test]
+    fn certificate_expiry_decodes_the_new_files_only() {
+        use crate::model::PemFile;
+        use crate::objects::Key;
+        let key = Key::new("shop", "web-tls");
+        let pem = |content: &str| PemFile {
+            path: crate::translate::tls::file_path("certs", &key, content),
+            content: content.into(),
+        };
+        let good = format!(
+            "{}{}",
+            include_str!("../tests/fixtures/tls/ec.crt"),
+            include_str!("../tests/fixtures/tls/ec.key")
+        );
+        let end = crate::translate::tls::not_after(&good).unwrap() as f64;
+        let series = |end: f64| vec![(vec!["shop/web-tls".to_string()], end)];
+        let mut expiry = CertificateExpiry::default();
+        assert_eq!(expiry.read(&[pem(&good)]), series(end));
+        // Renewed with content that holds no certificate: a new name, decoded.
+        assert_eq!(expiry.read(&[pem("not a certificate")]), vec![]);
+        assert_eq!(expiry.read(&[pem(&good)]), series(end));
+        // The same name is not decoded again (the content here could not be).
+        let same_name = PemFile {
+            path: pem(&good).path,
+            content: "not a certificate".into(),
+        };
+        assert_eq!(expiry.read(std::slice::from_ref(&same_name)), series(end));
+        // A file gone is forgotten.
+        assert_eq!(expiry.read(&[]), vec![]);
+        assert_eq!(expiry.read(&[same_name]), vec![]);
+    }
 
     /// A run that took longer than the cap must not leave notifications behind, each of
     /// which would start another full run.
