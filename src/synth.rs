@@ -348,32 +348,9 @@ impl App {
             "kind": "Secret",
             "metadata": {"name": format!("{}-tls", self.name), "namespace": self.namespace},
             "type": "kubernetes.io/tls",
-            "data": {"tls.crt": base64(pem.cert.as_bytes()), "tls.key": base64(pem.key.as_bytes())},
+            "data": {"tls.crt": crate::base64::encode(pem.cert.as_bytes()), "tls.key": crate::base64::encode(pem.key.as_bytes())},
         }))
     }
-}
-
-/// Standard base64 with padding, as Secret `data` holds it.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk.first().copied().unwrap_or(0),
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                let idx = usize::try_from((n >> shift) & 63).unwrap_or_default();
-                out.push(char::from(ALPHABET.get(idx).copied().unwrap_or(b'A')));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -461,14 +438,5 @@ mod tests {
         assert_ne!(format!("{original:?}"), format!("{changed:?}"));
         let ingress = changed_ingress(&cfg, 0, 2).unwrap();
         assert_eq!(ingress.key(), crate::objects::Key::new("ns0", "app0"));
-    }
-
-    #[test]
-    fn base64_matches_known_values() {
-        assert_eq!(base64(b""), "");
-        assert_eq!(base64(b"f"), "Zg==");
-        assert_eq!(base64(b"fo"), "Zm8=");
-        assert_eq!(base64(b"foo"), "Zm9v");
-        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
     }
 }

@@ -194,7 +194,7 @@ fn pem_blocks(text: &str, field: &str) -> Result<Vec<(String, Vec<u8>)>, String>
         if !closed {
             return Err(format!("{field}: {label} block is not closed"));
         }
-        let bytes = base64_decode(&b64)
+        let bytes = crate::base64::decode(&b64)
             .ok_or_else(|| format!("{field}: {label} block is not valid base64"))?;
         if bytes.is_empty() {
             return Err(format!("{field}: {label} block is empty"));
@@ -369,76 +369,13 @@ fn pkcs8_public(key: &[u8]) -> Option<KeyPublic<'_>> {
     }
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/// Each byte's base64 value, or 255 for a byte outside the alphabet: one lookup per byte
-/// where a search of the alphabet took 32 comparisons on average.
-const B64_VALUES: [u8; 256] = {
-    let mut table = [255u8; 256];
-    let mut i = 0;
-    while i < 64 {
-        table[B64[i] as usize] = i as u8;
-        i += 1;
-    }
-    table
-};
-
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let s = s.trim_end_matches('=');
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    for c in s.bytes() {
-        let v = B64_VALUES[usize::from(c)];
-        if v == 255 {
-            return None;
-        }
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-/// Appends `bytes` in base64 to `out`, a newline after every 64 characters and at the end.
-fn base64_lines(out: &mut String, bytes: &[u8]) {
-    let mut column = 0;
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(B64[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-        column += 4;
-        if column == 64 {
-            out.push('\n');
-            column = 0;
-        }
-    }
-    if column != 0 {
-        out.push('\n');
-    }
-}
-
 /// Appends a PEM block of `label` holding `body` to `out`.
 fn encode_block(out: &mut String, label: &str, body: &[u8]) {
     out.reserve(body.len().div_ceil(3) * 4 * 65 / 64 + 2 * label.len() + 40);
     out.push_str("-----BEGIN ");
     out.push_str(label);
     out.push_str("-----\n");
-    base64_lines(out, body);
+    crate::base64::encode_lines(out, body);
     out.push_str("-----END ");
     out.push_str(label);
     out.push_str("-----\n");
@@ -447,35 +384,6 @@ fn encode_block(out: &mut String, label: &str, body: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Known values (RFC 4648), lines of 64 characters, and every length decoded back; a
-    /// byte outside the alphabet is refused.
-    #[test]
-    fn base64_round_trips_in_lines_of_64() {
-        for (plain, encoded) in [
-            ("f", "Zg==\n"),
-            ("fo", "Zm8=\n"),
-            ("foo", "Zm9v\n"),
-            ("foobar", "Zm9vYmFy\n"),
-        ] {
-            let mut out = String::new();
-            base64_lines(&mut out, plain.as_bytes());
-            assert_eq!(out, encoded);
-            assert_eq!(base64_decode(encoded.trim_end()).unwrap(), plain.as_bytes());
-        }
-        for len in 1..200 {
-            let data: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
-            let mut out = String::new();
-            base64_lines(&mut out, &data);
-            let lines: Vec<&str> = out.strip_suffix('\n').unwrap().split('\n').collect();
-            let (last, full) = lines.split_last().unwrap();
-            assert!(full.iter().all(|l| l.len() == 64), "{len}: {out:?}");
-            assert!(!last.is_empty() && last.len() <= 64, "{len}: {out:?}");
-            assert_eq!(base64_decode(&lines.concat()), Some(data));
-        }
-        assert_eq!(base64_decode("Zm9v!"), None);
-        assert_eq!(base64_decode("Zm 9v"), None);
-    }
 
     fn secret(crt: &str, key: &str) -> Secret {
         let mut data = std::collections::BTreeMap::new();
