@@ -655,6 +655,10 @@ fn sandboxed_engine() -> Engine {
         .set_max_variables(1_000)
         .set_max_functions(256)
         .on_progress(progress)
+        // No string interner: with the `sync` feature it is one lock for every thread, and
+        // a thread that finds it taken sleeps 10 ms (rhai 1.27's `locked_write`). A cold run's
+        // two workers lost up to 50 ms to it at 10 000 Ingresses.
+        .set_max_strings_interned(0)
         .on_print(|_| {})
         .on_debug(|_, _, _| {});
     engine.disable_symbol("eval");
