@@ -483,10 +483,8 @@ impl ServerSlots {
 
     /// Every slot, in order.
     pub fn iter(&self) -> impl Iterator<Item = ServerSlot> + '_ {
-        slot_names(self.len())
-            .into_iter()
-            .enumerate()
-            .map(|(i, name)| self.slot(i, name))
+        let names = slot_names(self.len());
+        (0..self.len()).map(move |i| self.slot(i, names[i].clone()))
     }
 
     /// Puts `occupant` (`(address, port)`) in slot `index`, or leaves it unused. Past the end,
@@ -601,28 +599,56 @@ pub const SLOT_NAME_PREFIX: &str = "SRV_";
 
 /// The name of slot `index`: `SRV_<index + 1>`.
 pub fn slot_name(index: usize) -> Arc<str> {
-    let names = names_up_to(index + 1);
-    names[index].clone()
+    slot_names(index + 1)[index].clone()
 }
 
 /// `SRV_1..SRV_<count>`, the same strings for every backend: at 10 000 backends of 42 slots, a
-/// `String` each was 420 000 allocations holding the same few names.
-pub fn slot_names(count: usize) -> Vec<Arc<str>> {
-    names_up_to(count)[..count].to_vec()
+/// `String` each was 420 000 allocations holding the same few names. Shared as one table:
+/// a list of `Arc`s for each backend was 42 reference counts that the workers of a cold run
+/// both incremented and decremented, on the same cache lines, for every backend.
+pub fn slot_names(count: usize) -> SlotNames {
+    static TABLE: std::sync::RwLock<Option<Arc<[Arc<str>]>>> = std::sync::RwLock::new(None);
+    let shared = |table: &Option<Arc<[Arc<str>]>>| {
+        table
+            .as_ref()
+            .filter(|t| t.len() >= count)
+            .map(|t| SlotNames(t.clone(), count))
+    };
+    if let Some(names) = shared(
+        &TABLE
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    ) {
+        return names;
+    }
+    let mut table = TABLE
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(names) = shared(&table) {
+        return names;
+    }
+    // Grown to twice the size at least, and only ever grown, so that it is rarely remade.
+    let old: &[Arc<str>] = table.as_deref().unwrap_or_default();
+    let len = count.max(old.len() * 2).max(64);
+    let grown: Arc<[Arc<str>]> = old
+        .iter()
+        .cloned()
+        .chain((old.len()..len).map(|i| Arc::from(format!("{SLOT_NAME_PREFIX}{}", i + 1))))
+        .collect();
+    *table = Some(grown.clone());
+    SlotNames(grown, count)
 }
 
-/// The table of slot names, holding at least `count`.
-fn names_up_to(count: usize) -> std::sync::MutexGuard<'static, Vec<Arc<str>>> {
-    static NAMES: std::sync::OnceLock<std::sync::Mutex<Vec<Arc<str>>>> = std::sync::OnceLock::new();
-    let mut names = NAMES
-        .get_or_init(std::sync::Mutex::default)
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    while names.len() < count {
-        let name = format!("{SLOT_NAME_PREFIX}{}", names.len() + 1);
-        names.push(Arc::from(name));
+/// The first names of the shared table of slot names (see [`slot_names`]).
+#[derive(Debug, Clone)]
+pub struct SlotNames(Arc<[Arc<str>]>, usize);
+
+impl std::ops::Deref for SlotNames {
+    type Target = [Arc<str>];
+
+    fn deref(&self) -> &[Arc<str>] {
+        &self.0[..self.1]
     }
-    names
 }
 
 /// Backend-scope settings (Service, then Ingress, then ConfigMap).
@@ -1058,6 +1084,14 @@ mod tests {
         assert_eq!(&*more[44], "SRV_45");
         assert!(Arc::ptr_eq(&slot_names(2)[1], &more[1]));
         assert!(slot_names(0).is_empty());
+        // Past the table's size it grows, keeping the names it had; each list is as long as
+        // asked, and numbered on.
+        let many = slot_names(1_000);
+        assert_eq!(many.len(), 1_000);
+        assert!(Arc::ptr_eq(&many[1], &more[1]));
+        assert!((0..1_000).all(|i| *many[i] == *format!("SRV_{}", i + 1)));
+        assert_eq!(slot_names(45).len(), 45);
+        assert_eq!(&*slot_name(1_499), "SRV_1500");
     }
 
     #[test]

@@ -128,17 +128,12 @@ impl Fragments {
 
 /// The fingerprint of `backend`'s content, computed outside the lock (a serialization of
 /// its servers: the workers of [`render_ahead`] make thousands at once).
-fn fingerprint(fragments: &Mutex<Fragments>, backend: &Arc<Backend>) -> Option<u128> {
-    if let Some(fp) = fragments.lock().ok()?.known_fingerprint(backend) {
-        return Some(fp);
-    }
+fn content_fingerprint(backend: &Backend) -> u128 {
     let mut h = Fingerprint::new();
     // The slots as held, not as the list of every slot: a tenth of a cold run was hashing
     // the 420 000 slots of 10 000 backends one by one.
     h.add_serialized(&BackendWith(backend, backend.servers.compact()));
-    let fp = h.finish();
-    fragments.lock().ok()?.note_fingerprint(backend, fp);
-    Some(fp)
+    h.finish()
 }
 
 /// Whether a text is remembered for `backend` (known by its address) for some model.
@@ -438,19 +433,34 @@ fn section_text(
 ) -> Result<Arc<str>, Error> {
     // Only the model as the render gives it can say what a section read.
     let view = model.downcast_object_ref::<ModelView>();
+    // The fragments are locked once for a backend known by its address, twice for a new
+    // one (its fingerprint made between), and once after a render: the workers of a cold
+    // run take the lock for each of 10 000 sections.
     let mut fp = None;
     if let Some(view) = view {
-        if let Some(backend_fp) = fingerprint(fragments, backend) {
-            let remembered = fragments
-                .lock()
-                .ok()
-                .and_then(|mut f| f.remembered(backend_fp, |name| view.fingerprint(name)));
-            if let Some((text, reads)) = remembered {
-                // What its render read counts as read by this one, which printed it.
-                view.note_reads(&reads);
-                return Ok(text);
+        let field = |name| view.fingerprint(name);
+        let known = fragments.lock().ok().and_then(|mut f| {
+            let fp = f.known_fingerprint(backend)?;
+            Some((fp, f.remembered(fp, field)))
+        });
+        let remembered = match known {
+            Some((known, remembered)) => {
+                fp = Some(known);
+                remembered
             }
-            fp = Some(backend_fp);
+            None => {
+                let new = content_fingerprint(backend);
+                fp = Some(new);
+                fragments.lock().ok().and_then(|mut f| {
+                    f.note_fingerprint(backend, new);
+                    f.remembered(new, field)
+                })
+            }
+        };
+        if let Some((text, reads)) = remembered {
+            // What its render read counts as read by this one, which printed it.
+            view.note_reads(&reads);
+            return Ok(text);
         }
     }
     let ctx = minijinja::context! {
@@ -466,9 +476,6 @@ fn section_text(
         .and_then(|t| t.render(ctx));
     let reads = view.map(|v| v.recorded());
     let text: Arc<str> = Arc::from(rendered?);
-    if let Ok(mut f) = fragments.lock() {
-        f.rendered += 1;
-    }
     // A section that read the backends list (other backends) is not remembered.
     let reads = view.zip(reads).and_then(|(view, reads)| {
         reads
@@ -476,8 +483,9 @@ fn section_text(
             .map(|name| Some((name, view.fingerprint(name)?)))
             .collect::<Option<Vec<_>>>()
     });
-    if let (Some(fp), Some(reads)) = (fp, reads) {
-        if let Ok(mut f) = fragments.lock() {
+    if let Ok(mut f) = fragments.lock() {
+        f.rendered += 1;
+        if let (Some(fp), Some(reads)) = (fp, reads) {
             f.remember(fp, reads, text.clone());
         }
     }
@@ -524,7 +532,7 @@ impl<T: serde::Serialize> serde::Serialize for BackendWith<'_, T> {
 #[derive(Debug)]
 struct SlotsView {
     slots: Arc<crate::model::ServerSlots>,
-    names: Vec<Arc<str>>,
+    names: crate::model::SlotNames,
 }
 
 impl SlotsView {
@@ -622,7 +630,7 @@ fn run_value(name: Value, address: Value, port: Value, first: usize, last: usize
 #[derive(Debug)]
 struct SlotRunsView {
     slots: Arc<crate::model::ServerSlots>,
-    names: Vec<Arc<str>>,
+    names: crate::model::SlotNames,
     runs: Vec<crate::model::SlotRun>,
 }
 
