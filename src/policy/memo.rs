@@ -494,13 +494,15 @@ impl WholeRuns {
 
     /// `value` to remember for `hook`, as an `Arc` shared with an equal value remembered
     /// lately when there is one. Most routes and backends come out the same (each run is
-    /// keyed by its own object), and at 10 000 Ingresses a copy of each was 25 MB.
+    /// keyed by its own object), and at 10 000 Ingresses a copy of each was 25 MB. While
+    /// another worker holds the list, the value is not shared: a few dozen copies in a cold
+    /// run, where waiting cost the workers 8 ms.
     pub fn shared<T: PartialEq + Send + Sync + 'static>(
         &self,
         hook: Hook,
         value: T,
     ) -> Arc<dyn std::any::Any + Send + Sync> {
-        let Ok(mut recent) = self.recent.lock() else {
+        let Ok(mut recent) = self.recent.try_lock() else {
             return Arc::new(value);
         };
         let recent = recent.entry(hook).or_default();

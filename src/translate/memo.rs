@@ -15,10 +15,14 @@ use crate::objects::{EndpointSlice, Key};
 use crate::store::Store;
 
 /// Kept by the pipeline across runs; entries a run did not use are dropped after the next.
+/// In shards by key: the two workers of a cold run look up and add 10 000 entries each, and
+/// one lock made them wait for each other.
 #[derive(Debug, Default)]
 pub struct Memo {
-    inner: Mutex<Inner>,
+    shards: [Mutex<Inner>; SHARDS],
 }
+
+const SHARDS: usize = 16;
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -48,22 +52,38 @@ struct Certificate {
 }
 
 impl Memo {
+    /// The shard of `key`, locked.
+    fn shard(&self, key: &Key) -> std::sync::MutexGuard<'_, Inner> {
+        use std::hash::BuildHasher;
+        let hash = foldhash::fast::FixedState::default().hash_one(key);
+        self.shards[(hash % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Starts a translation: forgets what neither the previous run nor this one used.
     pub fn begin_run(&self) {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.run += 1;
-        let keep_from = inner.run - 1;
-        inner.servers.retain(|_, list| {
-            list.retain(|s| s.used >= keep_from);
-            !list.is_empty()
-        });
-        inner.certificates.retain(|_, c| c.used >= keep_from);
+        for shard in &self.shards {
+            let mut inner = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            inner.run += 1;
+            let keep_from = inner.run - 1;
+            inner.servers.retain(|_, list| {
+                list.retain(|s| s.used >= keep_from);
+                !list.is_empty()
+            });
+            inner.certificates.retain(|_, c| c.used >= keep_from);
+        }
     }
 
     /// How many server slot lists and certificate files are kept.
     pub fn len(&self) -> usize {
-        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.servers.values().map(Vec::len).sum::<usize>() + inner.certificates.len()
+        self.shards
+            .iter()
+            .map(|shard| {
+                let inner = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                inner.servers.values().map(Vec::len).sum::<usize>() + inner.certificates.len()
+            })
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -81,7 +101,7 @@ impl Memo {
     ) -> Arc<ServerSlots> {
         let slices: Vec<&Arc<EndpointSlice>> = store.endpoint_slices_of(service).collect();
         {
-            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut inner = self.shard(service);
             let run = inner.run;
             if let Some(known) = inner.servers.get_mut(service).and_then(|list| {
                 list.iter_mut().find(|s| {
@@ -97,7 +117,7 @@ impl Memo {
         }
         // Computed unlocked: the workers of a cold run (see `crate::parallel`) share the memo.
         let servers = Arc::new(super::servers(store, service, port, slots_block));
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.shard(service);
         let run = inner.run;
         let list = inner.servers.entry(service.clone()).or_default();
         list.retain(|s| !(s.port == *port && s.slots_block == slots_block));
@@ -117,7 +137,7 @@ impl Memo {
     /// is the same Secret object.
     pub fn certificate(&self, key: &Key, secret: &Arc<Secret>) -> CertificateFile {
         {
-            let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut inner = self.shard(key);
             let run = inner.run;
             if let Some(known) = inner
                 .certificates
@@ -133,7 +153,7 @@ impl Memo {
             Ok((pem, end)) => (Ok(pem), end),
             Err(e) => (Err(e), None),
         };
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut inner = self.shard(key);
         let run = inner.run;
         inner.certificates.insert(
             key.clone(),
