@@ -1257,7 +1257,7 @@ impl<'a> Translator<'a> {
             .collect();
         let claims = match self.prior_claims.take() {
             Some(claims) => claims.patch(&groups, &self.replaced_ranks),
-            None => routes::SortedClaims::new_with(&groups, self.config.workers),
+            None => routes::SortedClaims::new(&groups),
         };
         let (mut maps, host_kinds) = routes::build_maps(&groups, &claims, &mut self.diags);
         self.kept.claims = Some(claims);

@@ -153,46 +153,11 @@ fn claim_order(groups: &[&[RouteCandidate]], a: &MapClaim, b: &MapClaim) -> std:
 impl SortedClaims {
     /// The claims of every regular route of `groups`.
     pub fn new(groups: &[&[RouteCandidate]]) -> Self {
-        Self::new_with(groups, crate::parallel::Workers::ONE)
-    }
-
-    /// [`SortedClaims::new`], the claims of stretches of groups made and sorted by
-    /// `workers` when they spread that many groups: at 10 000 Ingresses, making and sorting
-    /// 60 000 claims was some 30 ms of a cold run with one core busy.
-    pub fn new_with(groups: &[&[RouteCandidate]], workers: crate::parallel::Workers) -> Self {
-        let capacity = groups.iter().map(|g| g.len()).sum::<usize>() * 2;
-        let mut claims = Vec::with_capacity(capacity);
-        if workers.spread(groups.len()) {
-            // A few stretches a worker, so that one slow stretch does not keep the others.
-            let stretches = workers.threads * 4;
-            let size = groups.len().div_ceil(stretches);
-            let ranges: Vec<std::ops::Range<usize>> = (0..groups.len())
-                .step_by(size)
-                .map(|start| start..(start + size).min(groups.len()))
-                .collect();
-            let each = crate::parallel::Workers {
-                min_items: 2,
-                ..workers
-            };
-            let sorted = crate::parallel::map(&ranges, each, |range| {
-                let mut part = Vec::new();
-                for group in range.clone() {
-                    push_claims(groups, group, &mut part);
-                }
-                part.sort_unstable_by(|a, b| claim_order(groups, a, b));
-                part
-            });
-            for part in sorted {
-                claims.extend(part);
-            }
-            // Sorted runs, one after the other: the stable sort finds them and merges.
-            claims.sort_by(|a, b| claim_order(groups, a, b));
-        } else {
-            for group in 0..groups.len() {
-                push_claims(groups, group, &mut claims);
-            }
-            claims.sort_unstable_by(|a, b| claim_order(groups, a, b));
+        let mut claims = Vec::with_capacity(groups.iter().map(|g| g.len()).sum::<usize>() * 2);
+        for group in 0..groups.len() {
+            push_claims(groups, group, &mut claims);
         }
+        claims.sort_unstable_by(|a, b| claim_order(groups, a, b));
         // Kept from run to run; the capacity was a bound (two claims a route). A little room
         // is left for `patch`, which merges in place: a new path's claims then do not move
         // the 60 000 others to a larger allocation beside the old one.
@@ -738,22 +703,6 @@ mod tests {
             let expected = build_maps(&new, &sorted, &mut d2);
             proptest::prop_assert_eq!(maps, expected);
             proptest::prop_assert_eq!(d1.into_sorted(), d2.into_sorted());
-        }
-
-        /// Claims made and sorted by workers, in stretches of groups merged after, are the
-        /// claims made and sorted on one thread.
-        #[test]
-        fn claims_made_by_workers_are_the_claims_made_on_one_thread(
-            specs in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<(u8, u8, u8, u8)>(), 0..4), 0..24),
-            threads in 2usize..4,
-        ) {
-            let groups = small_groups(&specs);
-            let groups: Vec<&[RouteCandidate]> = groups.iter().map(Vec::as_slice).collect();
-            let workers = crate::parallel::Workers { threads, min_items: 2 };
-            proptest::prop_assert_eq!(
-                SortedClaims::new_with(&groups, workers),
-                SortedClaims::new(&groups)
-            );
         }
     }
 }
