@@ -1,5 +1,6 @@
-//! Standard base64 (RFC 4648, with padding): decoding PEM bodies and Secret data, encoding
-//! PEM bodies in lines of 64 and Secret data in one line. Small enough not to need a crate.
+//! Standard base64 (RFC 4648, with padding): decoding PEM bodies, encoding them in lines of
+//! 64, and encoding the synthetic clusters' Secret data on one line. Small enough not to
+//! need a crate.
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -54,7 +55,8 @@ pub fn encode_lines(out: &mut String, bytes: &[u8]) {
 }
 
 /// Appends `bytes` in base64 to `out` with a newline after every `width` characters (a
-/// multiple of 4); returns the length of the last, unfinished line.
+/// multiple of 4; `usize::MAX` for one line); returns the length of the last, unfinished
+/// line.
 fn encode_into(out: &mut String, bytes: &[u8], width: usize) -> usize {
     let mut column = 0;
     for chunk in bytes.chunks(3) {
