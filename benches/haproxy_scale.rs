@@ -6,8 +6,8 @@
 //! plane part: `apt-get install -y wrk`). Cargo builds the `portcullis` binary with the bench
 //! profile first and passes it as `CARGO_BIN_EXE_portcullis`.
 //!
-//! For each N of `HSCALE_N` (default `100,1000,10000`; empty: the data plane alone), k =
-//! `HSCALE_K` (default 3):
+//! For each k of `HSCALE_K` (default `3,20`) and each N of `HSCALE_N` (default
+//! `100,1000,10000`; empty: the data plane alone):
 //! 1. writes the synthetic cluster (seed `HSCALE_SEED`, default 1) as JSON lines
 //!    (`00-synth.json`); the first EndpointSlice of up to `HSCALE_CHURN_SERVICES` (default 200)
 //!    Services goes to `10-churn.json`, rewritten by the churn; the bench objects go to
@@ -116,8 +116,10 @@ fn stamp() -> String {
     )
 }
 
+#[derive(Clone)]
 struct Options {
     seed: u64,
+    /// Endpoints per Service: each of `HSCALE_K` in turn; the data plane takes the first.
     k: usize,
     rounds: usize,
     latency_budget: Duration,
@@ -145,7 +147,7 @@ impl Options {
     fn from_env() -> Self {
         Self {
             seed: env_num("HSCALE_SEED", 1),
-            k: env_num("HSCALE_K", 3),
+            k: 3,
             rounds: env_num("HSCALE_ROUNDS", 20),
             latency_budget: Duration::from_secs(env_num("HSCALE_LATENCY_BUDGET_SECS", 180)),
             debounce: std::env::var("HSCALE_DEBOUNCE").unwrap_or_else(|_| "100ms".to_string()),
@@ -2036,17 +2038,24 @@ fn main() {
         plot(Path::new(&input), Path::new(&output));
         return;
     }
-    let opt = Options::from_env();
+    let ks = env_list("HSCALE_K", "3,20");
+    let opt = Options {
+        k: *ks.first().expect("HSCALE_K: at least one k"),
+        ..Options::from_env()
+    };
     let ns = env_list("HSCALE_N", "100,1000,10000");
     let out_dir = std::env::var("HSCALE_OUT").ok().map(PathBuf::from);
     let rt = Runtime::new().unwrap();
     let started = Instant::now();
 
     let mut measured = Vec::new();
-    for &n in &ns {
-        let t = Instant::now();
-        measured.push(measure_scale(&rt, n, &opt));
-        progress!("N={n}: done in {:.0} s", t.elapsed().as_secs_f64());
+    for &k in &ks {
+        let opt = Options { k, ..opt.clone() };
+        for &n in &ns {
+            let t = Instant::now();
+            measured.push(measure_scale(&rt, n, &opt));
+            progress!("N={n} k={k}: done in {:.0} s", t.elapsed().as_secs_f64());
+        }
     }
 
     let dp_opt = DpOptions {
@@ -2074,10 +2083,10 @@ fn main() {
 
     // Report.
     println!(
-        "HAProxy-side scale benchmark: seed {}, k = {}, debounce {}, release build; `haproxy -v`: {}",
+        "HAProxy-side scale benchmark: seed {}, debounce {}, data plane at k = {}, release build; `haproxy -v`: {}",
         opt.seed,
-        opt.k,
         opt.debounce,
+        opt.k,
         Command::new(&opt.haproxy)
             .arg("-v")
             .output()
@@ -2093,7 +2102,7 @@ fn main() {
         let mut header = String::from("| figure |");
         let mut rule = String::from("|---|");
         for f in &measured {
-            let _ = write!(header, " N = {} |", f.0[0].2);
+            let _ = write!(header, " N = {}, k = {} |", f.0[0].2, f.0[1].2);
             rule.push_str("---:|");
         }
         println!("{header}\n{rule}");
