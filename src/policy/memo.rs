@@ -479,7 +479,7 @@ impl WholeRuns {
     /// writes, gathered into one buffer, then hashed in one pass (SipHash-1-3 with its
     /// 128-bit output, under the process's keys). SipHash pays per write, and the inputs are
     /// hundreds of small writes; two keyed runs over them were about 6 % of a cold run at
-    /// 10 000 Ingresses, and two 64-bit passes over the buffer 3 %.
+    /// 10 000 Ingresses. One 128-bit pass, with the fingerprints', took 2 % off a cold run.
     pub fn keys(&self, ctx: &HookContext) -> WholeKeys {
         use siphasher::sip128::Hasher128;
         use std::hash::Hasher;
