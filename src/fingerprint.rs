@@ -1,18 +1,42 @@
 //! 128-bit content fingerprints for the caches that skip unchanged work (manifest files,
-//! renderings, backend sections): SipHash-1-3 with its 128-bit output, so two different
-//! inputs among millions practically never share one. One pass over the input (two 64-bit
-//! runs cost twice as much, and a cold run fingerprints every backend's serialized form).
+//! renderings, backend sections, the hook memo's keys): SipHash-1-3 with its 128-bit output,
+//! so two different inputs among millions practically never share one. One pass over the
+//! input (two 64-bit runs cost twice as much, and a cold run fingerprints every backend's
+//! serialized form). Keyed at random for each process: the inputs hold what tenants wrote
+//! (annotations, manifests), and with a known key they could look for two inputs that share a
+//! fingerprint, so that one object's cached work stood in for another's. Stable within a
+//! process only.
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 use std::hash::{Hash, Hasher};
 
 /// Feeds values, bytes or serialized forms; [`Fingerprint::finish`] gives the 128 bits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Fingerprint(SipHasher13);
 
+impl Default for Fingerprint {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Two random SipHash keys, from std's random hasher state (seeded from the OS).
+pub fn random_keys() -> (u64, u64) {
+    use std::hash::BuildHasher;
+    let random = std::hash::RandomState::new();
+    (random.hash_one(1u8), random.hash_one(2u8))
+}
+
 impl Fingerprint {
+    /// Under this process's keys, drawn once.
     pub fn new() -> Self {
-        Self::default()
+        static KEYS: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+        Self::with_keys(*KEYS.get_or_init(random_keys))
+    }
+
+    /// Under keys of the caller's own (see [`random_keys`]).
+    pub fn with_keys((k0, k1): (u64, u64)) -> Self {
+        Self(SipHasher13::new_with_keys(k0, k1))
     }
 
     pub fn add(&mut self, value: &impl Hash) {
@@ -99,5 +123,24 @@ mod tests {
             }
         }
         assert_ne!(of_bytes(&bytes[..8]), of_bytes(&bytes[..9]));
+    }
+
+    #[test]
+    fn fingerprints_are_keyed_for_this_process() {
+        let under = |keys| {
+            let mut f = Fingerprint::with_keys(keys);
+            f.add(&"same input");
+            f.finish()
+        };
+        let mut ours = Fingerprint::new();
+        ours.add(&"same input");
+        assert_eq!(ours.finish(), {
+            let mut again = Fingerprint::new();
+            again.add(&"same input");
+            again.finish()
+        });
+        // Not the well-known all-zero key, nor any fixed one.
+        assert_ne!(ours.finish(), under((0, 0)));
+        assert_ne!(under((1, 2)), under((3, 4)));
     }
 }

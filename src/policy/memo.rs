@@ -374,8 +374,8 @@ pub struct WholeRuns {
     shards: Vec<Mutex<WholeState>>,
     /// By hook, the last few distinct values remembered, newest first (see `shared`).
     recent: Mutex<HashMap<Hook, std::collections::VecDeque<Arc<dyn std::any::Any + Send + Sync>>>>,
-    /// SipHash keys, random for each process: a tenant cannot pick annotation values whose
-    /// key another object's run already has.
+    /// SipHash keys, random for each memo: a tenant cannot pick annotation values whose key
+    /// another object's run already has.
     keys: (u64, u64),
 }
 
@@ -389,7 +389,7 @@ impl std::hash::Hasher for Gathered {
         self.0.extend_from_slice(bytes);
     }
 
-    /// Not a fingerprint: [`WholeRuns::keys`] hashes the bytes under its keys.
+    /// Not a fingerprint: [`WholeRuns::keys`] fingerprints the bytes under its keys.
     fn finish(&self) -> u64 {
         self.0.len() as u64
     }
@@ -405,11 +405,7 @@ impl Default for WholeRuns {
                 .take(WHOLE_SHARDS)
                 .collect(),
             recent: Mutex::default(),
-            keys: {
-                use std::hash::BuildHasher;
-                let random = std::hash::RandomState::new();
-                (random.hash_one(1u8), random.hash_one(2u8))
-            },
+            keys: crate::fingerprint::random_keys(),
         }
     }
 }
@@ -476,18 +472,15 @@ impl WholeRuns {
     }
 
     /// The fingerprints of `ctx`'s inputs without and with its facts: what their `Hash`
-    /// writes, gathered into one buffer, then hashed in one pass (SipHash-1-3 with its
-    /// 128-bit output, under the process's keys). SipHash pays per write, and the inputs are
-    /// hundreds of small writes; two keyed runs over them were about 6 % of a cold run at
-    /// 10 000 Ingresses. One 128-bit pass, with the fingerprints', took 2 % off a cold run.
+    /// writes, gathered into one buffer, then fingerprinted in one pass under the memo's
+    /// keys. SipHash pays per write, and the inputs are hundreds of small writes;
+    /// two keyed runs over them were about 6 % of a cold run at 10 000 Ingresses. One
+    /// 128-bit pass, with the fingerprints', took 2 % off a cold run.
     pub fn keys(&self, ctx: &HookContext) -> WholeKeys {
-        use siphasher::sip128::Hasher128;
-        use std::hash::Hasher;
         let key = |bytes: &[u8]| {
-            let mut hasher =
-                siphasher::sip128::SipHasher13::new_with_keys(self.keys.0, self.keys.1);
-            hasher.write(bytes);
-            hasher.finish128().as_u128()
+            let mut f = crate::fingerprint::Fingerprint::with_keys(self.keys);
+            std::io::Write::write_all(&mut f, bytes).ok();
+            f.finish()
         };
         let mut inputs = Gathered(Vec::with_capacity(512));
         ctx.hash_inputs(&mut inputs);
