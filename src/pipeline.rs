@@ -16,7 +16,9 @@ use crate::translate::{self, Reuse, RunInputs, TranslateConfig};
 #[derive(Debug)]
 pub struct Pipeline {
     pub policy: PolicyEngine,
-    pub renderer: Renderer,
+    /// Shared with the pipeline this one replaced when the templates are the same (see
+    /// [`Pipeline::keep_memo_of`]): its remembered sections stay valid.
+    pub renderer: Arc<Renderer>,
     pub config: TranslateConfig,
     /// The last run, so that the next one can redo only what changed since.
     last: Mutex<Option<LastRun>>,
@@ -85,7 +87,7 @@ impl Pipeline {
         renderer.set_workers(config.workers);
         Ok(Self {
             policy,
-            renderer,
+            renderer: Arc::new(renderer),
             config,
             last: Mutex::new(None),
             endpoint_runs: std::sync::atomic::AtomicU64::new(0),
@@ -98,11 +100,19 @@ impl Pipeline {
     }
 
     /// Takes over what `previous` remembers that stays valid in this pipeline: the results of
-    /// the scripts that did not change, and the translation memo. What `run` does when site
+    /// the scripts that did not change, the translation memo, and, when the templates are
+    /// the same, the renderer with its remembered backend sections (a script change then
+    /// renders again only the sections whose model changed; each remembered section is used
+    /// only while every model field its render read is unchanged). What `run` does when site
     /// scripts or templates change.
     pub fn keep_memo_of(&mut self, previous: &Pipeline) {
         self.policy.keep_memo_of(&previous.policy);
         self.memo = previous.memo.clone();
+        if self.renderer.templates() == previous.renderer.templates()
+            && self.renderer.workers() == previous.renderer.workers()
+        {
+            self.renderer = previous.renderer.clone();
+        }
     }
 
     /// Translates and renders a snapshot.

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use portcullis::objects::{Kind, Object};
@@ -397,4 +398,82 @@ spec: {ports: [{port: 80}]}
     let fresh = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
     assert_eq!(summary(&warm), summary(&fresh.run(&store).unwrap()));
     assert_eq!(pipeline.partial_runs(), partial + 2);
+}
+
+/// A site script change keeps the renderer while the templates are the same: only the
+/// sections of backends whose model the change moved are rendered again, and the output is
+/// what a fresh pipeline with that script gives. A site template, even one equal to the
+/// bundled file, brings a renderer of its own.
+#[test]
+fn a_script_change_renders_again_only_the_sections_it_changed() {
+    let config = TranslateConfig {
+        watch_ingress_without_class: true,
+        ..TranslateConfig::default()
+    };
+    let store = Store::from_objects(
+        synth::generate(&SynthConfig::new(1, 150, 3))
+            .unwrap()
+            .objects,
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let original = std::fs::read_to_string(root.join("scripts/pod-maxconn.rhai")).unwrap();
+    let site = tempfile::tempdir().unwrap();
+    let write_script = |text: &str| std::fs::write(site.path().join("pod-maxconn.rhai"), text);
+    let reload = |previous: &Pipeline, templates: Option<&Path>| {
+        let mut next = Pipeline::load(Some(site.path()), templates, config.clone()).unwrap();
+        next.keep_memo_of(previous);
+        next
+    };
+    let fresh = |store: &Store| {
+        let p = Pipeline::load(Some(site.path()), None, config.clone()).unwrap();
+        summary(&p.run(store).unwrap())
+    };
+    let first = Pipeline::load(None, None, config.clone()).unwrap();
+    let before = first.run(&store).unwrap();
+
+    // The same results: every section is taken from the renderer's memory.
+    write_script(&format!("{original}\n// a comment more\n")).unwrap();
+    let same = reload(&first, None);
+    assert!(Arc::ptr_eq(&same.renderer, &first.renderer));
+    let rendered = same.renderer.sections_rendered();
+    let output = same.run(&store).unwrap();
+    assert_eq!(summary(&output), summary(&before));
+    assert_eq!(same.renderer.sections_rendered(), rendered);
+
+    // Other results for the backends with `pod-maxconn`: those sections alone are rendered.
+    write_script(&original.replace("#{ maxconn: maxconn }", "#{ maxconn: maxconn + 1 }")).unwrap();
+    let changed = reload(&same, None);
+    let rendered = changed.renderer.sections_rendered();
+    let after = changed.run(&store).unwrap();
+    assert_eq!(summary(&after), fresh(&store));
+    let moved = after
+        .model
+        .backends
+        .iter()
+        .zip(output.model.backends.iter())
+        .filter(|(a, b)| a != b)
+        .count();
+    assert!(
+        moved > 0,
+        "the synthetic cluster has Services with pod-maxconn"
+    );
+    assert_eq!(
+        changed.renderer.sections_rendered() - rendered,
+        moved as u64
+    );
+
+    // A site template directory: a renderer of its own, which renders every section.
+    let templates = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("templates/haproxy.cfg.j2"),
+        templates.path().join("haproxy.cfg.j2"),
+    )
+    .unwrap();
+    let own = reload(&changed, Some(templates.path()));
+    assert!(!Arc::ptr_eq(&own.renderer, &changed.renderer));
+    assert_eq!(summary(&own.run(&store).unwrap()), fresh(&store));
+    assert_eq!(
+        own.renderer.sections_rendered(),
+        after.model.backends.len() as u64
+    );
 }

@@ -214,6 +214,11 @@ impl Renderer {
         self.workers = workers;
     }
 
+    /// How many threads render sections ahead of a full render (see [`Renderer::set_workers`]).
+    pub fn workers(&self) -> crate::parallel::Workers {
+        self.workers
+    }
+
     /// Unique to this renderer in the process: the same id, the same templates.
     pub fn id(&self) -> u64 {
         self.id
