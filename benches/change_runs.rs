@@ -15,7 +15,10 @@
 //! Ingress translated, every section rendered).
 //!
 //! `CHANGE_RUNS_WHAT=endpoint` moves one pod per change instead of adding a path (and another
-//! `timeout-server`) to an Ingress. Without valgrind it prints the runs' wall-clock times.
+//! `timeout-server`) to an Ingress; `CHANGE_RUNS_WHAT=script` changes a site copy of
+//! `pod-maxconn.rhai` by a comment line, then loads the scripts and templates again and runs,
+//! as `run` does (count those runs with `--toggle-collect='*script_rounds*'`). Without
+//! valgrind it prints the runs' wall-clock times.
 //! For line-level profiles, build with `CARGO_PROFILE_BENCH_DEBUG=line-tables-only`.
 #![allow(
     clippy::unwrap_used,
@@ -69,6 +72,32 @@ fn change_rounds(
     times
 }
 
+/// The measured runs after script changes: a site copy of `pod-maxconn.rhai` with one more
+/// comment line each round, loaded with the templates into a new pipeline that keeps what
+/// the last one remembers, then run.
+#[inline(never)]
+fn script_rounds(mut pipeline: Pipeline, store: &Store, rounds: usize) -> Vec<f64> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let original = std::fs::read_to_string(root.join("scripts/pod-maxconn.rhai")).unwrap();
+    let site = tempfile::tempdir().unwrap();
+    let mut times = Vec::with_capacity(rounds);
+    for round in 1..=rounds {
+        std::fs::write(
+            site.path().join("pod-maxconn.rhai"),
+            format!("{original}\n// change_runs {round}\n"),
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut reloaded =
+            Pipeline::load(Some(site.path()), None, pipeline.config.clone()).unwrap();
+        reloaded.keep_memo_of(&pipeline);
+        drop(reloaded.run_with(store, &RunInputs::default()).unwrap());
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+        pipeline = reloaded;
+    }
+    times
+}
+
 /// The first run, with nothing remembered: its wall-clock time in milliseconds.
 #[inline(never)]
 fn cold_run(pipeline: &Pipeline, store: &Store) -> f64 {
@@ -80,7 +109,8 @@ fn cold_run(pipeline: &Pipeline, store: &Store) -> f64 {
 fn main() {
     let n = env("CHANGE_RUNS_N", 10_000);
     let rounds = env("CHANGE_RUNS_ROUNDS", 4).max(1);
-    let endpoints = std::env::var("CHANGE_RUNS_WHAT").is_ok_and(|w| w == "endpoint");
+    let what = std::env::var("CHANGE_RUNS_WHAT").unwrap_or_default();
+    let endpoints = what == "endpoint";
     let tls = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
     let cfg = SynthConfig {
         tls: Some(TlsPem {
@@ -93,6 +123,17 @@ fn main() {
     let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
     let mut store = Store::from_objects(cluster.objects);
     let cold = cold_run(&pipeline, &store);
+    if what == "script" {
+        let mut times = script_rounds(pipeline, &store, rounds);
+        times.sort_by(f64::total_cmp);
+        println!(
+            "N = {n}: cold {cold:.1} ms; {rounds} script changes: median {:.1} ms, min {:.1}, max {:.1}",
+            times[times.len() / 2],
+            times[0],
+            times[times.len() - 1],
+        );
+        return;
+    }
     let mut times = change_rounds(&pipeline, &mut store, &cfg, rounds, endpoints);
     times.sort_by(f64::total_cmp);
     println!(
