@@ -35,6 +35,8 @@ use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig, TlsPem};
 use portcullis::translate::{RunInputs, TranslateConfig};
 
+mod support;
+
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)
         .ok()
@@ -72,30 +74,12 @@ fn change_rounds(
     times
 }
 
-/// The measured runs after script changes: a site copy of `pod-maxconn.rhai` with one more
-/// comment line each round, loaded with the templates into a new pipeline that keeps what
-/// the last one remembers, then run.
+/// The measured runs after site script changes (`support::script_change_runs`), in
+/// milliseconds.
 #[inline(never)]
-fn script_rounds(mut pipeline: Pipeline, store: &Store, rounds: usize) -> Vec<f64> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let original = std::fs::read_to_string(root.join("scripts/pod-maxconn.rhai")).unwrap();
-    let site = tempfile::tempdir().unwrap();
-    let mut times = Vec::with_capacity(rounds);
-    for round in 1..=rounds {
-        std::fs::write(
-            site.path().join("pod-maxconn.rhai"),
-            format!("{original}\n// change_runs {round}\n"),
-        )
-        .unwrap();
-        let started = Instant::now();
-        let mut reloaded =
-            Pipeline::load(Some(site.path()), None, pipeline.config.clone()).unwrap();
-        reloaded.keep_memo_of(&pipeline);
-        drop(reloaded.run_with(store, &RunInputs::default()).unwrap());
-        times.push(started.elapsed().as_secs_f64() * 1e3);
-        pipeline = reloaded;
-    }
-    times
+fn script_rounds(pipeline: Pipeline, store: &Store, rounds: usize) -> Vec<f64> {
+    let (_, times) = support::script_change_runs(pipeline, store, &RunInputs::default(), rounds);
+    times.iter().map(|t| t.as_secs_f64() * 1e3).collect()
 }
 
 /// The first run, with nothing remembered: its wall-clock time in milliseconds.

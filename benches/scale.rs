@@ -38,7 +38,7 @@ use portcullis::synth::{self, SynthConfig, TlsPem};
 use portcullis::translate::{RunInputs, TranslateConfig};
 
 mod support;
-use support::{env_list, env_num};
+use support::{env_list, env_num, script_change_runs};
 
 fn config(seed: u64, n: usize, k: usize) -> SynthConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
@@ -51,8 +51,8 @@ fn config(seed: u64, n: usize, k: usize) -> SynthConfig {
     }
 }
 
-fn load(scripts: Option<&Path>) -> Pipeline {
-    Pipeline::load(scripts, None, TranslateConfig::default()).unwrap()
+fn load() -> Pipeline {
+    Pipeline::load(None, None, TranslateConfig::default()).unwrap()
 }
 
 fn median(mut samples: Vec<Duration>) -> f64 {
@@ -75,7 +75,7 @@ fn child(spec: &str, seed: u64) {
     let cfg = config(seed, n.parse().unwrap(), k.parse().unwrap());
     let cluster = synth::generate(&cfg).unwrap();
     let store = Store::from_objects(cluster.objects);
-    let pipeline = load(None);
+    let pipeline = load();
     let output = pipeline.run_with(&store, &RunInputs::default()).unwrap();
     // Counted piece by piece: a copy of haproxy.cfg would be part of the peak.
     let lines: usize = output.rendered.files()[portcullis::render::CONFIG_FILE]
@@ -138,7 +138,7 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
     let mut first = None;
     for _ in 0..runs {
         let objects = cluster.objects.clone();
-        let pipeline = load(None);
+        let pipeline = load();
         let t = Instant::now();
         let store = Store::from_objects(objects);
         let output = pipeline.run_with(&store, &inputs).unwrap();
@@ -161,7 +161,7 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
 
     // 2. One change, then the run that follows it, as `portcullis run` does it: the same
     // pipeline, whose memo holds the previous run's hook results.
-    let mut pipeline = load(None);
+    let pipeline = load();
     let mut store = Store::from_objects(cluster.objects.clone());
     drop(pipeline.run_with(&store, &inputs).unwrap());
     let mut endpoint = Vec::new();
@@ -182,28 +182,10 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
         ingress.push(t.elapsed());
         drop(output);
     }
-    let site = tempfile::tempdir().unwrap();
-    let original = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pod-maxconn.rhai"),
-    )
-    .unwrap();
-    let mut script = Vec::new();
-    for r in 1..=runs {
-        std::fs::write(
-            site.path().join("pod-maxconn.rhai"),
-            format!("{original}\n// scale bench change {r}\n"),
-        )
-        .unwrap();
-        // Loading the site scripts, taking over the memo (the results of the unchanged
-        // scripts), then the run: what `run` does when a site script changes.
-        let t = Instant::now();
-        let mut reloaded = load(Some(site.path()));
-        reloaded.keep_memo_of(&pipeline);
-        let output = reloaded.run_with(&store, &inputs).unwrap();
-        script.push(t.elapsed());
-        drop(output);
-        pipeline = reloaded;
-    }
+    // What `run` does when a site script changes (see `support::script_change_runs`).
+    let (pipeline, script) =
+        script_change_runs(pipeline, &store, &inputs, usize::try_from(runs).unwrap());
+    drop(pipeline);
 
     // 3. Peak RSS of a fresh process holding this state.
     let rss = peak_rss_mib(n, k, seed);

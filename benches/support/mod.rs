@@ -74,3 +74,35 @@ pub(crate) fn get(port: u16, host: &str, path: &str) -> Option<(u16, String)> {
     let body = buf.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
     Some((status, body))
 }
+
+/// Site script changes as `run` meets them, `rounds` times: a site copy of the bundled
+/// `pod-maxconn.rhai` with one more comment line each round (the same results), then, timed,
+/// loading the scripts and templates into a new pipeline that takes over what the last one
+/// remembers (`keep_memo_of`), and its run. Returns the last pipeline and the times.
+pub(crate) fn script_change_runs(
+    mut pipeline: portcullis::pipeline::Pipeline,
+    store: &portcullis::store::Store,
+    inputs: &portcullis::translate::RunInputs,
+    rounds: usize,
+) -> (portcullis::pipeline::Pipeline, Vec<Duration>) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let original = std::fs::read_to_string(root.join("scripts/pod-maxconn.rhai")).unwrap();
+    let site = tempfile::tempdir().unwrap();
+    let mut times = Vec::with_capacity(rounds);
+    for round in 1..=rounds {
+        std::fs::write(
+            site.path().join("pod-maxconn.rhai"),
+            format!("{original}\n// bench change {round}\n"),
+        )
+        .unwrap();
+        let started = std::time::Instant::now();
+        let mut reloaded =
+            portcullis::pipeline::Pipeline::load(Some(site.path()), None, pipeline.config.clone())
+                .unwrap();
+        reloaded.keep_memo_of(&pipeline);
+        drop(reloaded.run_with(store, inputs).unwrap());
+        times.push(started.elapsed());
+        pipeline = reloaded;
+    }
+    (pipeline, times)
+}
