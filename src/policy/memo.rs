@@ -476,13 +476,16 @@ impl WholeRuns {
     /// keys. SipHash pays per write, and the inputs are hundreds of small writes;
     /// two keyed runs over them were about 6 % of a cold run at 10 000 Ingresses. One
     /// 128-bit pass, with the fingerprints', took 2 % off a cold run.
-    pub fn keys(&self, ctx: &HookContext) -> WholeKeys {
+    /// `scripts` names the scripts of the hook (see `PolicyEngine::hook_scripts`), so that
+    /// engines sharing this memo find only the runs of the same scripts.
+    pub fn keys(&self, ctx: &HookContext, scripts: u64) -> WholeKeys {
         let key = |bytes: &[u8]| {
             let mut f = crate::fingerprint::Fingerprint::with_keys(self.keys);
             std::io::Write::write_all(&mut f, bytes).ok();
             f.finish()
         };
         let mut inputs = Gathered(Vec::with_capacity(512));
+        inputs.0.extend_from_slice(&scripts.to_le_bytes());
         ctx.hash_inputs(&mut inputs);
         let general = key(&inputs.0);
         // The specific key: the general one and the facts (not all the inputs again).
@@ -624,11 +627,15 @@ mod tests {
                 facts,
             )
         };
-        let base = runs.keys(&ctx("web", &[("a", "bc")], &[("path", "/")]));
+        let base = runs.keys(&ctx("web", &[("a", "bc")], &[("path", "/")]), 7);
         assert_eq!(
             base,
-            runs.keys(&ctx("web", &[("a", "bc")], &[("path", "/")]))
+            runs.keys(&ctx("web", &[("a", "bc")], &[("path", "/")]), 7)
         );
+        // Other scripts: other keys.
+        let scripts = runs.keys(&ctx("web", &[("a", "bc")], &[("path", "/")]), 8);
+        assert_ne!(base.general, scripts.general);
+        assert_ne!(base.specific, scripts.specific);
         assert_ne!(base.general, base.specific);
         for other in [
             ctx("web", &[("ab", "c")], &[("path", "/")]),
@@ -636,18 +643,18 @@ mod tests {
             ctx("web2", &[("a", "bc")], &[("path", "/")]),
             ctx("web", &[], &[("path", "/")]),
         ] {
-            let keys = runs.keys(&other);
+            let keys = runs.keys(&other, 7);
             assert_ne!(base.general, keys.general);
             assert_ne!(base.specific, keys.specific);
         }
         // Other facts: the same general key, another specific one.
         for facts in [&[("path", "/x")][..], &[], &[("path", "/"), ("host", "a")]] {
-            let keys = runs.keys(&ctx("web", &[("a", "bc")], facts));
+            let keys = runs.keys(&ctx("web", &[("a", "bc")], facts), 7);
             assert_eq!(base.general, keys.general);
             assert_ne!(base.specific, keys.specific);
         }
         // Keyed per process (per memo): another memo's keys differ.
-        let elsewhere = WholeRuns::default().keys(&ctx("web", &[("a", "bc")], &[("path", "/")]));
+        let elsewhere = WholeRuns::default().keys(&ctx("web", &[("a", "bc")], &[("path", "/")]), 7);
         assert_ne!(base.general, elsewhere.general);
         assert_ne!(base.specific, elsewhere.specific);
     }

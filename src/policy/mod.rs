@@ -218,7 +218,12 @@ pub struct PolicyEngine {
     scripts: Vec<Script>,
     run_budget: u64,
     memo: std::sync::Arc<memo::Memo>,
-    whole: memo::WholeRuns,
+    /// Shared with the engine this one replaced (see [`PolicyEngine::keep_memo_of`]): its
+    /// keys name the scripts of the hook, so the runs of unchanged hooks stay valid.
+    whole: std::sync::Arc<memo::WholeRuns>,
+    /// By hook (in [`Hook::ALL`] order), the identity of the scripts that implement it, in
+    /// evaluation order: part of every whole run's key.
+    hook_scripts: [u64; 3],
 }
 
 impl PolicyEngine {
@@ -291,12 +296,21 @@ impl PolicyEngine {
             }
         }
         if errors.is_empty() {
+            let hook_scripts = Hook::ALL.map(|hook| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                for script in scripts.iter().filter(|s| s.hooks.contains(&hook)) {
+                    script.memo_id.hash(&mut h);
+                }
+                h.finish()
+            });
             Ok(Self {
                 engine,
                 scripts,
                 run_budget: MAX_OPERATIONS_PER_RUN,
                 memo: std::sync::Arc::default(),
-                whole: memo::WholeRuns::default(),
+                whole: std::sync::Arc::default(),
+                hook_scripts,
             })
         } else {
             Err(errors)
@@ -360,9 +374,12 @@ impl PolicyEngine {
     }
 
     /// Takes over `previous`' remembered results (after the script set was reloaded): those
-    /// of scripts that did not change are still valid, the others are never found again.
+    /// of scripts that did not change are still valid, and so are the whole runs of hooks
+    /// whose scripts did not change (a route script edited leaves the backends' runs found);
+    /// the others are never found again.
     pub fn keep_memo_of(&mut self, previous: &PolicyEngine) {
         self.memo = previous.memo.clone();
+        self.whole = previous.whole.clone();
     }
 
     /// How many hook results are remembered.
@@ -430,7 +447,11 @@ impl PolicyEngine {
         diags: &mut Diagnostics,
         compute: impl FnOnce(&mut Diagnostics) -> T,
     ) -> T {
-        let keys = self.whole.keys(ctx);
+        let scripts = Hook::ALL
+            .iter()
+            .position(|h| *h == hook)
+            .map_or(0, |i| self.hook_scripts[i]);
+        let keys = self.whole.keys(ctx, scripts);
         let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
         if let Some(done) = self
             .whole
@@ -836,6 +857,66 @@ fn backend(ctx) {
         assert_eq!(run_on("api", Some("1s"), "slow"), (Some(9000), 4));
         assert_eq!(engine.memo_len(), memo, "replayed, not run");
         assert_eq!(run_on("api", Some("1s"), "fast"), (Some(1000), 5));
+    }
+
+    /// A reloaded engine takes over the whole runs: those of a hook whose scripts did not
+    /// change are found again, those of a hook whose script changed are run again.
+    #[test]
+    fn whole_runs_of_unchanged_hooks_outlive_a_reload() {
+        let engine = |maxconn: u32, header: &str| {
+            PolicyEngine::compile(vec![
+                source(
+                    "conns.rhai",
+                    &format!("fn backend(ctx) {{ #{{ \"maxconn\": {maxconn} }} }}"),
+                ),
+                source(
+                    "headers.rhai",
+                    &format!(
+                        "fn route(ctx) {{ #{{ \"request_headers\": [[\"X-Env\", \"{header}\"]] }} }}"
+                    ),
+                ),
+            ])
+            .unwrap()
+        };
+        let route_ctx = {
+            let obj = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+            HookContext::new(
+                obj.clone(),
+                vec![ValueSource::annotations(obj, Arc::new(BTreeMap::new()))],
+                BTreeMap::new(),
+            )
+        };
+        let whole = |e: &PolicyEngine| e.remembered() - e.memo_len();
+        let header = |e: &PolicyEngine| {
+            e.run_route(&route_ctx, &mut Diagnostics::new())
+                .settings
+                .request_headers[0]
+                .1
+                .clone()
+        };
+        let maxconn = |e: &PolicyEngine| {
+            e.run_backend(&service_ctx(&[]), &mut Diagnostics::new())
+                .maxconn
+        };
+        let first = engine(10, "a");
+        first.begin_run();
+        assert_eq!((header(&first), maxconn(&first)), ("a".into(), Some(10)));
+        assert_eq!(whole(&first), 2);
+
+        // The backend script changed: its run is done again, the route's is found.
+        let mut second = engine(20, "a");
+        second.keep_memo_of(&first);
+        second.begin_run();
+        assert_eq!(header(&second), "a");
+        assert_eq!(whole(&second), 2, "the route's run was found");
+        assert_eq!(maxconn(&second), Some(20));
+        assert_eq!(whole(&second), 3, "the backend's run was done again");
+
+        // The route script changed: its run is done again.
+        let mut third = engine(20, "b");
+        third.keep_memo_of(&second);
+        third.begin_run();
+        assert_eq!((header(&third), maxconn(&third)), ("b".into(), Some(20)));
     }
 
     fn service_ctx(annotations: &[(&str, &str)]) -> HookContext {
