@@ -364,9 +364,11 @@ impl Reader<'_> {
 /// bundled scripts read none, so all but the first of them are found (about 30 000 of
 /// 40 000 route runs at 10 000 Ingresses, each some 25 000 instructions of replays).
 ///
-/// The key is a 128-bit fingerprint (two SipHash runs under independent random keys), not
-/// the inputs themselves, which would double the memory a large cluster needs; the chance
-/// that two different inputs among a million collide is about 2^-89.
+/// The key is a 128-bit fingerprint (SipHash-1-3 under random keys) of the hook's scripts
+/// and the inputs, not the inputs themselves, which would double the memory a large cluster
+/// needs; the chance that two different inputs among a million collide is about 2^-89. The
+/// scripts in the key let an engine loaded after a script change share the memo
+/// (`PolicyEngine::keep_memo_of`).
 ///
 /// The entries are in shards by key, each behind its own lock: the workers of a cold run
 /// look up and remember tens of thousands at once.
