@@ -221,7 +221,7 @@ pub struct PolicyEngine {
     /// Shared with the engine this one replaced (see [`PolicyEngine::keep_memo_of`]): its
     /// keys name the scripts of the hook, so the runs of unchanged hooks stay valid.
     whole: std::sync::Arc<memo::WholeRuns>,
-    /// By hook (in [`Hook::ALL`] order), the identity of the scripts that implement it, in
+    /// By hook (`hook as usize`, the order of [`Hook::ALL`]), the identity of the scripts that implement it, in
     /// evaluation order: part of every whole run's key.
     hook_scripts: [u64; 3],
 }
@@ -447,11 +447,7 @@ impl PolicyEngine {
         diags: &mut Diagnostics,
         compute: impl FnOnce(&mut Diagnostics) -> T,
     ) -> T {
-        let scripts = Hook::ALL
-            .iter()
-            .position(|h| *h == hook)
-            .map_or(0, |i| self.hook_scripts[i]);
-        let keys = self.whole.keys(ctx, scripts);
+        let keys = self.whole.keys(ctx, self.hook_scripts[hook as usize]);
         let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
         if let Some(done) = self
             .whole
