@@ -38,20 +38,23 @@
 //!
 //! Then the data plane (`HSCALE_DP`, default 1; needs `wrk`): a synthetic cluster of
 //! `HSCALE_DP_N` (default 1000) Ingresses plus bench.local whose Services all point at a
-//! backend HAProxy answering itself (`echo<m> ok`), served three ways: by `portcullis run` (at
+//! backend HAProxy answering itself (`echo<m> ok`), served four ways: by `portcullis run` (at
 //! the default log level, `info`, so that it passes on every request log line); by
 //! a plain HAProxy on a copy of the configuration Portcullis generated minus request logging
-//! (`log` lines and `option httplog`: what logging costs); and by a minimal hand-written
+//! (`log` lines and `option httplog`: what logging costs); by a minimal hand-written
 //! configuration (same `timeout`s and `maxconn`, a host → backend map, the same servers; `check`
-//! only with `HSCALE_CHECKS=1`). The measured hosts are bench.local and the first
+//! only with `HSCALE_CHECKS=1`), the reference of the ratios; and by that configuration with the
+//! generated one's request log (`log stdout`, `option httplog`; its output a pipe the bench
+//! reads) and X-Forwarded-For and -Proto, to tell what those cost from what routing by host
+//! and path costs. The measured hosts are bench.local and the first
 //! `HSCALE_DP_HOSTS` (default 20) synthetic hosts whose Ingress and Service carry no
 //! annotation, checked first to be answered by the expected backend on every side.
 //! `wrk -t1 -c$HSCALE_DP_CONNS -d${HSCALE_DP_SECS}s --timeout 2s` (defaults 32 and 5) runs
 //! against each side in turn (the order rotates each round), `HSCALE_DP_ROUNDS` (default 5)
 //! times, once with `Host: bench.local` and once rotating over the measured hosts (a Lua
 //! `request` function). Reports median requests per second, the HAProxy worker's CPU time per
-//! request (and the controller's, which reads HAProxy's log pipe), and the ratios to the
-//! hand-written configuration.
+//! request (and the controller's, which reads HAProxy's log pipe), the ratios to the minimal
+//! hand-written configuration, and Portcullis's to the hand-written one with the log and headers.
 //!
 //! Output: markdown tables on stdout; with `HSCALE_OUT=<dir>`, also `haproxy-scale.csv` and
 //! `haproxy-dataplane.csv` there. Other knobs: `HSCALE_DEBOUNCE` (default `100ms`),
@@ -313,6 +316,18 @@ struct Haproxy(Child);
 
 impl Haproxy {
     fn start(bin: &str, dir: &Path, config: &str, name: &str) -> Self {
+        Self::launch(bin, dir, config, name, false)
+    }
+
+    /// As `start`, with HAProxy's standard output a pipe that a thread reads and drops the way
+    /// `portcullis run` reads the request log (`log stdout`): a 1 MiB pipe, read every 20 ms
+    /// (the controller's pause at this bench's log rate), so that HAProxy's writes seldom
+    /// wake the reader.
+    fn start_logging(bin: &str, dir: &Path, config: &str, name: &str) -> Self {
+        Self::launch(bin, dir, config, name, true)
+    }
+
+    fn launch(bin: &str, dir: &Path, config: &str, name: &str, read_stdout: bool) -> Self {
         let path = dir.join(name);
         std::fs::write(&path, config).unwrap();
         let check = Command::new(bin)
@@ -332,7 +347,21 @@ impl Haproxy {
             .args(["-db", "-f"])
             .arg(&path)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(if read_stdout {
+                let (mut reader, writer) = std::io::pipe().unwrap();
+                let _ = rustix::pipe::fcntl_setpipe_size(&reader, 1 << 20);
+                std::thread::spawn(move || {
+                    let mut buffer = vec![0u8; 256 * 1024];
+                    while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut buffer) {
+                        if n < buffer.len() {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                    }
+                });
+                Stdio::from(writer)
+            } else {
+                Stdio::null()
+            })
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
@@ -1344,6 +1373,11 @@ fn shared_settings(cfg: &str) -> (Vec<String>, Vec<String>) {
     (global, defaults)
 }
 
+/// The data plane's sides: Portcullis, its configuration without the request log, the
+/// hand-written configuration with the log and headers ([`LOGGED_HAND`]), and the minimal one.
+const DP_SIDES: usize = 4;
+const LOGGED_HAND: &str = "hand-written with the same request log and X-Forwarded headers";
+
 struct WrkResult {
     rps: f64,
     requests: f64,
@@ -1560,27 +1594,51 @@ fn measure_dataplane(opt: &Options, dp: &DpOptions) -> Vec<DpRow> {
         let _ = writeln!(map, "{host} {}", backend_name(service));
     }
     std::fs::write(&map_path, map).unwrap();
-    let mut hand = String::from("global\n");
-    for l in &global {
-        let _ = writeln!(hand, "  {l}");
-    }
-    hand.push_str("defaults\n  mode http\n");
-    for l in &defaults {
-        let _ = writeln!(hand, "  {l}");
-    }
-    let _ = write!(
-        hand,
-        "frontend http\n  bind 127.0.0.1:{hand_port}\n  use_backend %[req.hdr(host),field(1,:),lower,map_str({},b_none)]\nbackend b_none\n",
-        map_path.display()
-    );
-    for (key, servers) in &services {
-        let _ = writeln!(hand, "backend {}\n  balance roundrobin", backend_name(key));
-        for (s, addr) in servers.iter().enumerate() {
-            let check = if opt.checks { " check" } else { "" };
-            let _ = writeln!(hand, "  server s{s} {addr}{check}");
+    // `logged`: the same request log as the generated configuration (`log stdout`, read from a
+    // pipe) and the headers every Ingress gets (X-Forwarded-For and -Proto): what is left
+    // between it and Portcullis is the routing by host and path.
+    let hand_config = |port: u16, logged: bool| {
+        let mut hand = String::from("global\n");
+        for l in &global {
+            let _ = writeln!(hand, "  {l}");
         }
-    }
+        if logged {
+            hand.push_str("  log stdout format raw local0 info\n");
+        }
+        hand.push_str("defaults\n  mode http\n");
+        if logged {
+            hand.push_str("  log global\n  option httplog\n  option forwardfor\n");
+        }
+        for l in &defaults {
+            let _ = writeln!(hand, "  {l}");
+        }
+        let _ = writeln!(hand, "frontend http\n  bind 127.0.0.1:{port}");
+        if logged {
+            hand.push_str("  http-request set-header X-Forwarded-Proto http\n");
+        }
+        let _ = write!(
+            hand,
+            "  use_backend %[req.hdr(host),field(1,:),lower,map_str({},b_none)]\nbackend b_none\n",
+            map_path.display()
+        );
+        for (key, servers) in &services {
+            let _ = writeln!(hand, "backend {}\n  balance roundrobin", backend_name(key));
+            for (s, addr) in servers.iter().enumerate() {
+                let check = if opt.checks { " check" } else { "" };
+                let _ = writeln!(hand, "  server s{s} {addr}{check}");
+            }
+        }
+        hand
+    };
+    let hand = hand_config(hand_port, false);
     let reference = Haproxy::start(&opt.haproxy, work.path(), &hand, "hand.cfg");
+    let logged_port = free_port();
+    let logged = Haproxy::start_logging(
+        &opt.haproxy,
+        work.path(),
+        &hand_config(logged_port, true),
+        "hand-logged.cfg",
+    );
     let nolog_port = free_port();
     progress!(
         "data plane: {} Ingresses, {} hosts routed, {} measured; Portcullis config {} lines, hand-written {} lines",
@@ -1623,13 +1681,15 @@ fn measure_dataplane(opt: &Options, dp: &DpOptions) -> Vec<DpRow> {
     let nolog = Haproxy::start(&opt.haproxy, &nolog_dir, &nolog, "haproxy.cfg");
 
     // Every side answers every measured host from the expected backend.
-    let sides: [(&'static str, u16, u32); 3] = [
+    // The minimal hand-written configuration, the reference of every ratio, is the last.
+    let sides: [(&'static str, u16, u32); DP_SIDES] = [
         ("Portcullis", ctl.http, worker_pid(&ctl.master)),
         (
             "Portcullis config without request log",
             nolog_port,
             nolog.pid(),
         ),
+        (LOGGED_HAND, logged_port, logged.pid()),
         ("hand-written", hand_port, reference.pid()),
     ];
     for (side, port, _) in sides {
@@ -1705,6 +1765,7 @@ fn measure_dataplane(opt: &Options, dp: &DpOptions) -> Vec<DpRow> {
     }
     drop(ctl);
     drop(nolog);
+    drop(logged);
     drop(reference);
     drop(backend);
     rows
@@ -2137,17 +2198,23 @@ fn main() {
                 r.errors
             );
         }
-        for group in rows.chunks(3) {
-            let reference = &group[2];
-            for r in &group[..2] {
-                println!(
-                    "| {} | **{} ÷ hand-written** | **{:.3}** | **{:.3}** | | | |",
-                    r.scenario,
-                    r.side,
-                    median(&r.rps) / median(&reference.rps),
-                    median(&r.cpu_us) / median(&reference.cpu_us)
-                );
+        let ratio = |r: &DpRow, to: &DpRow| {
+            println!(
+                "| {} | **{} ÷ {}** | **{:.3}** | **{:.3}** | | | |",
+                r.scenario,
+                r.side,
+                to.side,
+                median(&r.rps) / median(&to.rps),
+                median(&r.cpu_us) / median(&to.cpu_us)
+            );
+        };
+        for group in rows.chunks(DP_SIDES) {
+            let (reference, others) = group.split_last().unwrap();
+            for r in others {
+                ratio(r, reference);
             }
+            // What routing by host and path costs, the log and headers on both sides.
+            ratio(&group[0], &group[2]);
         }
         println!();
     }
