@@ -7,10 +7,13 @@
 #   benches/haproxy_instructions.sh /tmp/<the work directory it printed> [seconds]
 #
 # Needs valgrind, wrk and haproxy. Starts the backend HAProxy of that directory (backend.cfg),
-# then each of `nolog/haproxy.cfg` (the generated configuration without request logging) and
-# `hand.cfg` (the hand-written one), with `nbthread 1`, under callgrind with instrumentation
-# off; turns it on for `wrk -t1 -c8` (bench.local only, then rotating over the measured hosts
-# with hosts.lua), and prints the instructions counted divided by the requests answered.
+# then each of `c/haproxy.cfg` (the generated configuration, as `portcullis run` left it),
+# `nolog/haproxy.cfg` (the same without request logging), `hand-logged.cfg` (the hand-written
+# one with the same request log and X-Forwarded headers) and `hand.cfg` (the minimal
+# hand-written one), with `nbthread 1` and standard output to /dev/null, under callgrind with
+# instrumentation off; turns it on for `wrk -t1 -c8` (bench.local only, then rotating over the
+# measured hosts with hosts.lua), and prints the instructions counted divided by the requests
+# answered.
 set -euo pipefail
 
 work=${1:?usage: haproxy_instructions.sh WORK_DIR [SECONDS]}
@@ -59,5 +62,7 @@ measure() { # name config-directory config-file
     rm -f "$copy"
 }
 
+measure "Portcullis config" "$work/c" haproxy.cfg
 measure "Portcullis config without request log" "$work/nolog" haproxy.cfg
+measure "hand-written, log and headers" "$work" hand-logged.cfg
 measure "hand-written" "$work" hand.cfg
