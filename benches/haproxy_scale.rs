@@ -2227,7 +2227,8 @@ fn main() {
                 ratio(r, reference);
             }
             // What routing by host and path costs, the log and headers on both sides.
-            ratio(&group[0], &group[2]);
+            let logged = group.iter().find(|r| r.side == LOGGED_HAND).unwrap();
+            ratio(&group[0], logged);
         }
         println!();
     }
