@@ -737,8 +737,9 @@ fn site_failed(status: &Status, error: String) {
 
 fn fail(status: &Status, metrics: &Metrics, error: String) {
     tracing::error!(error = %error, "apply failed; HAProxy keeps its current configuration");
-    metrics.applies.inc(&["failed"]);
+    // The report first: whoever sees the failure counted finds it in /readyz too.
     status.update(|s| s.last_error = Some(error));
+    metrics.applies.inc(&["failed"]);
 }
 
 fn report_diagnostics(diagnostics: &[crate::diagnostics::Diagnostic], metrics: &Metrics) {
