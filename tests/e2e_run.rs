@@ -853,12 +853,12 @@ fn break_defaults_template(templates: &std::path::Path) {
     });
 }
 
-/// Whether the controller has taken in the broken template: it either rendered it (the desired
-/// configuration shows it) or already had HAProxy reject it.
-fn broken_template_seen(h: &Harness) -> bool {
-    h.admin("/debug/config")
-        .is_some_and(|a| a.body.contains("no-such-keyword"))
-        || h.try_metric("portcullis_config_check_failures_total")
+/// Whether HAProxy rejected the broken template and the failed apply is counted (the count
+/// comes after /readyz reports the error), so that a later failure or fix is told from it.
+fn broken_template_rejected(h: &Harness) -> bool {
+    h.try_metric("portcullis_config_check_failures_total")
+        .is_some_and(|v| v >= 1.0)
+        && h.try_metric("portcullis_applies_total{outcome=\"failed\"}")
             .is_some_and(|v| v >= 1.0)
 }
 
@@ -879,8 +879,8 @@ fn rejected_configuration_keeps_traffic() {
     assert_eq!(h.metric("portcullis_config_check_failures_total"), 0.0);
 
     break_defaults_template(&templates);
-    wait_until(APPLY_TIMEOUT, "the broken template is taken in", || {
-        broken_template_seen(&h)
+    wait_until(APPLY_TIMEOUT, "HAProxy rejects the broken template", || {
+        broken_template_rejected(&h)
     });
     let failed = failed_applies(&h);
     // A change that needs a reload: a new backend.
@@ -1297,8 +1297,8 @@ fn reloads_metric_counts_each_reload_once() {
     h.start(&["--templates-dir", templates.to_str().unwrap()]);
     // A rejected configuration, then a fix: the fixing reload has two reasons.
     break_defaults_template(&templates);
-    wait_until(APPLY_TIMEOUT, "the broken template is taken in", || {
-        broken_template_seen(&h)
+    wait_until(APPLY_TIMEOUT, "HAProxy rejects the broken template", || {
+        broken_template_rejected(&h)
     });
     let failed = failed_applies(&h);
     write_fresh_ingress(&h);
@@ -1347,9 +1347,9 @@ fn reverting_a_rejected_change_does_not_reload() {
     let start = h.reloads();
     let loaded = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
     break_defaults_template(&templates);
+    // The revert below is then waited for, not the report of the rejection.
     wait_until(APPLY_TIMEOUT, "HAProxy rejects the broken template", || {
-        h.try_metric("portcullis_config_check_failures_total")
-            .is_some_and(|v| v >= 1.0)
+        broken_template_rejected(&h)
     });
     let applies = h.metric("portcullis_applies_total{outcome=\"failed\"}");
     edit_template(&templates, "parts/defaults.j2", |t| {
