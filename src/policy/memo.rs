@@ -480,7 +480,7 @@ impl WholeRuns {
     /// 128-bit pass, with the fingerprints', took 2 % off a cold run.
     /// `scripts` names the scripts of the hook (see `PolicyEngine::hook_scripts`), so that
     /// engines sharing this memo find only the runs of the same scripts.
-    pub fn keys(&self, ctx: &HookContext, scripts: u64) -> WholeKeys {
+    pub fn keys(&self, ctx: &HookContext, scripts: u128) -> WholeKeys {
         let key = |bytes: &[u8]| {
             let mut f = crate::fingerprint::Fingerprint::with_keys(self.keys);
             std::io::Write::write_all(&mut f, bytes).ok();

@@ -221,9 +221,9 @@ pub struct PolicyEngine {
     /// Shared with the engine this one replaced (see [`PolicyEngine::keep_memo_of`]): its
     /// keys name the scripts of the hook, so the runs of unchanged hooks stay valid.
     whole: std::sync::Arc<memo::WholeRuns>,
-    /// By hook (`hook as usize`, the order of [`Hook::ALL`]), the identity of the scripts that implement it, in
-    /// evaluation order: part of every whole run's key.
-    hook_scripts: [u64; 3],
+    /// By hook (`hook as usize`, the order of [`Hook::ALL`]), the fingerprint of the scripts
+    /// that implement it (names and texts, in evaluation order): part of every whole run's key.
+    hook_scripts: [u128; 3],
 }
 
 impl PolicyEngine {
@@ -297,12 +297,11 @@ impl PolicyEngine {
         }
         if errors.is_empty() {
             let hook_scripts = Hook::ALL.map(|hook| {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
+                let mut f = crate::fingerprint::Fingerprint::new();
                 for script in scripts.iter().filter(|s| s.hooks.contains(&hook)) {
-                    script.memo_id.hash(&mut h);
+                    f.add(&(&script.display, &script.source.text));
                 }
-                h.finish()
+                f.finish()
             });
             Ok(Self {
                 engine,
