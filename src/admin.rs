@@ -18,6 +18,12 @@
 //! clients on a loopback address (403 otherwise), whatever `--admin-addr` binds, and only as
 //! `PUT`: browsers do not send a cross-origin `PUT` without a preflight (`OPTIONS`, which gets
 //! 405), so a web page cannot change it through a local browser either.
+//!
+//! A listener serves one [`Surface`]. The probes surface (`/healthz`, `/readyz`, `/metrics`)
+//! is what an `--admin-addr` exposed to kubelet and Prometheus serves once the debug pages
+//! have their own listener (`--debug-addr`) or when it is not on loopback: then the debug
+//! pages and the only mutating request are not on an address anyone else can reach. HAProxy
+//! is kept from connecting to either listener by the rules of [`crate::translate::exposure`].
 
 use std::future::Future;
 use std::io;
@@ -66,6 +72,39 @@ pub fn set_log_control(control: Box<dyn LogControl>) -> bool {
 /// The route that changes the log filter.
 const LOG_LEVEL: &str = "/debug/log-level";
 
+/// Which routes a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// Every route, the debug pages and `PUT /debug/log-level` included.
+    All,
+    /// `/healthz`, `/readyz` and `/metrics` only; everything else is 404.
+    Probes,
+}
+
+impl Surface {
+    /// Whether this surface serves `path` at all.
+    fn serves(self, path: &str) -> bool {
+        match self {
+            Self::All => true,
+            Self::Probes => matches!(path, "/healthz" | "/readyz" | "/metrics"),
+        }
+    }
+
+    /// The surfaces of the admin listener and of the debug listener, if any: a separate
+    /// `debug` address takes the debug pages; without one they stay on `admin` only when it
+    /// is a loopback address.
+    pub fn split(
+        admin: SocketAddr,
+        debug: Option<SocketAddr>,
+    ) -> (Self, Option<(SocketAddr, Self)>) {
+        match debug {
+            Some(debug) => (Self::Probes, Some((debug, Self::All))),
+            None if admin.ip().to_canonical().is_loopback() => (Self::All, None),
+            None => (Self::Probes, None),
+        }
+    }
+}
+
 /// Largest request head (request line, headers and the blank line) we accept.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a client may take to send its request head.
@@ -105,14 +144,16 @@ const LIMITS: Limits = Limits {
 pub async fn serve(
     listener: TcpListener,
     state: Arc<dyn AdminState>,
+    surface: Surface,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
-    serve_with(listener, state, shutdown, LIMITS).await
+    serve_with(listener, state, surface, shutdown, LIMITS).await
 }
 
 async fn serve_with(
     listener: TcpListener,
     state: Arc<dyn AdminState>,
+    surface: Surface,
     shutdown: impl Future<Output = ()> + Send,
     limits: Limits,
 ) -> io::Result<()> {
@@ -125,7 +166,7 @@ async fn serve_with(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let state = state.clone();
-                    tokio::spawn(connection(stream, peer, state, limits));
+                    tokio::spawn(connection(stream, peer, state, surface, limits));
                 }
                 Err(error) => {
                     tracing::warn!(%error, "admin endpoint: accept failed");
@@ -145,6 +186,7 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     state: Arc<dyn AdminState>,
+    surface: Surface,
     limits: Limits,
 ) {
     let head = tokio::time::timeout(limits.read_timeout, read_head(&mut stream, limits.max_head))
@@ -156,7 +198,9 @@ async fn connection(
     };
     let (request, response) = match head.as_deref().map(parse_head) {
         Ok(Some(request)) => {
-            let response = if request.path == LOG_LEVEL && request.method == "PUT" {
+            let response = if !surface.serves(request.path) {
+                Response::text(404, "not found\n")
+            } else if request.path == LOG_LEVEL && request.method == "PUT" {
                 put_log_level(&request, peer, &mut stream, leftover, &*state, limits).await
             } else {
                 route(&request, &*state)
@@ -590,13 +634,23 @@ mod tests {
     }
 
     async fn start(state: Fake, limits: Limits) -> Server {
+        start_surface(state, Surface::All, limits).await
+    }
+
+    async fn start_surface(state: Fake, surface: Surface, limits: Limits) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(serve_with(listener, Arc::new(state), shutdown, limits));
+        let task = tokio::spawn(serve_with(
+            listener,
+            Arc::new(state),
+            surface,
+            shutdown,
+            limits,
+        ));
         Server { addr, stop, task }
     }
 
@@ -974,6 +1028,50 @@ mod tests {
         check(&r, "HTTP/1.1 404 Not Found", TEXT);
         let r = exchange(server.addr, &put(LOG_LEVEL, "debug")).await;
         check(&r, "HTTP/1.1 404 Not Found", TEXT);
+    }
+
+    #[tokio::test]
+    async fn the_probes_surface_serves_no_debug_page_and_changes_nothing() {
+        let server = start_surface(applied(), Surface::Probes, LIMITS).await;
+        let addr = server.addr;
+        check(&get(addr, "/healthz").await, "HTTP/1.1 200 OK", TEXT);
+        check(&get(addr, "/readyz").await, "HTTP/1.1 200 OK", JSON);
+        check(&get(addr, "/metrics").await, "HTTP/1.1 200 OK", PROMETHEUS);
+        for path in ["/debug/config", "/debug/model", LOG_LEVEL, "/debug/"] {
+            let r = get(addr, path).await;
+            check(&r, "HTTP/1.1 404 Not Found", TEXT);
+            assert!(!r.body.contains("maxconn"), "{path}: {}", r.body);
+        }
+        let r = exchange(addr, &put(LOG_LEVEL, "debug")).await;
+        check(&r, "HTTP/1.1 404 Not Found", TEXT);
+    }
+
+    #[test]
+    fn debug_pages_stay_on_loopback_or_on_their_own_listener() {
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            Surface::split(addr("127.0.0.1:6060"), None),
+            (Surface::All, None)
+        );
+        assert_eq!(
+            Surface::split(addr("[::1]:6060"), None),
+            (Surface::All, None)
+        );
+        assert_eq!(
+            Surface::split(addr("0.0.0.0:6060"), None),
+            (Surface::Probes, None)
+        );
+        assert_eq!(
+            Surface::split(addr("10.0.0.5:6060"), None),
+            (Surface::Probes, None)
+        );
+        assert_eq!(
+            Surface::split(addr("127.0.0.1:6060"), Some(addr("127.0.0.1:6061"))),
+            (
+                Surface::Probes,
+                Some((addr("127.0.0.1:6061"), Surface::All))
+            )
+        );
     }
 
     #[test]

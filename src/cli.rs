@@ -187,10 +187,15 @@ pub struct HaproxyArgs {
     /// Drive an HAProxy that something else supervises, through its master CLI socket.
     #[arg(long, env = "PORTCULLIS_HAPROXY_MASTER_SOCKET")]
     pub haproxy_master_socket: Option<PathBuf>,
-    /// Admin HTTP endpoint: /healthz, /readyz, /metrics, /debug/config, /debug/model, and
-    /// /debug/log-level (PUT from loopback only).
+    /// Admin HTTP endpoint: /healthz, /readyz, /metrics; and the debug pages
+    /// (/debug/config, /debug/model, /debug/log-level) when it is on loopback and
+    /// --debug-addr is not set.
     #[arg(long, env = "PORTCULLIS_ADMIN_ADDR", default_value = "127.0.0.1:6060")]
     pub admin_addr: std::net::SocketAddr,
+    /// Serve the debug pages here instead (every admin route; PUT from loopback only).
+    /// Without it, an --admin-addr off loopback serves no debug page.
+    #[arg(long, env = "PORTCULLIS_DEBUG_ADDR")]
+    pub debug_addr: Option<std::net::SocketAddr>,
     /// Changes arriving within this quiet period are applied together (e.g. 100ms).
     #[arg(long, env = "PORTCULLIS_SYNC_DEBOUNCE", default_value = "100ms", value_parser = debounce)]
     pub sync_debounce: std::time::Duration,
@@ -371,9 +376,33 @@ pub struct PipelineArgs {
     /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
     #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
     pub stats_bind_port: Option<u16>,
+
+    // What tenants' objects may point HAProxy at (docs/security.md).
+    /// Route to ExternalName Services. Names of this host, IP literals, the cloud metadata
+    /// and API server names are refused even then.
+    #[arg(long, env = "PORTCULLIS_ALLOW_EXTERNAL_NAME_SERVICES")]
+    pub allow_external_name_services: bool,
+    /// In cluster mode, keep EndpointSlice endpoints on loopback and link-local addresses
+    /// (the metadata address and this controller's pod stay refused).
+    #[arg(long, env = "PORTCULLIS_ALLOW_LOCAL_ENDPOINTS")]
+    pub allow_local_endpoints: bool,
+    /// Let TCP objects bind ports below 1024.
+    #[arg(long, env = "PORTCULLIS_ALLOW_PRIVILEGED_TCP_BINDS")]
+    pub allow_privileged_tcp_binds: bool,
 }
 
 impl PipelineArgs {
+    /// What tenants' objects may point at; the cluster source and the controller's own
+    /// listeners are added by `run` (see [`crate::controller`]).
+    pub fn exposure(&self) -> crate::translate::exposure::Exposure {
+        crate::translate::exposure::Exposure {
+            allow_external_name_services: self.allow_external_name_services,
+            allow_privileged_tcp_binds: self.allow_privileged_tcp_binds,
+            allow_local_endpoints: self.allow_local_endpoints,
+            ..Default::default()
+        }
+    }
+
     pub fn translate_config(&self) -> TranslateConfig {
         TranslateConfig {
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -420,6 +449,7 @@ impl PipelineArgs {
             errorfiles_config_map: self.configmap_errorfiles.clone(),
             tcp_services_config_map: self.configmap_tcp_services.clone(),
             workers: crate::parallel::Workers::default(),
+            exposure: self.exposure(),
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct RunConfig {
     /// Drive an HAProxy supervised by something else through this master CLI socket.
     pub external_master_socket: Option<PathBuf>,
     pub admin_addr: SocketAddr,
+    /// `--debug-addr`: the debug pages' own listener (see [`admin::Surface::split`]).
+    pub debug_addr: Option<SocketAddr>,
     pub debounce: Duration,
 }
 
@@ -226,6 +228,14 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let admin_socket = config.runtime_dir.join("admin.sock");
     let mut translate = config.translate.clone();
     translate.runtime_socket = Some(admin_socket.display().to_string());
+    // No server and no TCP bind may take the controller's own listeners; in a cluster, no
+    // endpoint may be on the node's local or metadata addresses or on this pod either.
+    translate.exposure = translate
+        .exposure
+        .with_listeners(std::iter::once(config.admin_addr).chain(config.debug_addr));
+    if matches!(config.source, SourceConfig::Cluster(_)) {
+        translate.exposure = translate.exposure.in_cluster(translate.identity.pod_ip);
+    }
     let mut in_force = CertificatesInForce::default();
     let mut pipeline = Arc::new(Pipeline::load(
         config.scripts_dir.as_deref(),
@@ -240,11 +250,36 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             addr: config.admin_addr,
             source,
         })?;
-    let (stop_admin, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(admin::serve(listener, status.clone(), async {
-        let _ = admin_stopped.await;
-    }));
-    tracing::info!(addr = %config.admin_addr, "admin endpoint listening");
+    let (admin_surface, debug) = admin::Surface::split(config.admin_addr, config.debug_addr);
+    let debug_listener = match debug {
+        Some((addr, surface)) => Some((
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::AdminBind { addr, source })?,
+            surface,
+        )),
+        None => None,
+    };
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let admin_task = tokio::spawn(admin::serve(
+        listener,
+        status.clone(),
+        admin_surface,
+        stopped(admin_stopped.clone()),
+    ));
+    tracing::info!(addr = %config.admin_addr, surface = ?admin_surface, "admin endpoint listening");
+    let debug_task = debug_listener.map(|(listener, surface)| {
+        tracing::info!(addr = ?config.debug_addr, "debug endpoint listening");
+        tokio::spawn(admin::serve(
+            listener,
+            status.clone(),
+            surface,
+            stopped(admin_stopped.clone()),
+        ))
+    });
 
     let supervision = match &config.external_master_socket {
         Some(path) => Supervision::External {
@@ -288,13 +323,13 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             // A shutdown request during start-up is still a clean exit.
             let started = tokio::select! {
                 r = crate::cluster::start(cluster, &translate, changes_tx.clone(), metrics.clone()) => r,
-                _ = sigterm.recv() => { let _ = stop_admin.send(()); return Ok(()); }
-                _ = sigint.recv() => { let _ = stop_admin.send(()); return Ok(()); }
+                _ = sigterm.recv() => { let _ = stop_admin.send(true); return Ok(()); }
+                _ = sigint.recv() => { let _ = stop_admin.send(true); return Ok(()); }
             };
             let cluster = match started {
                 Ok(c) => c,
                 Err(e) => {
-                    let _ = stop_admin.send(());
+                    let _ = stop_admin.send(true);
                     return Err(e.into());
                 }
             };
@@ -399,8 +434,11 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         c.shutdown().await;
     }
     applier.shutdown().await;
-    let _ = stop_admin.send(());
+    let _ = stop_admin.send(true);
     let _ = admin_task.await;
+    if let Some(task) = debug_task {
+        let _ = task.await;
+    }
     result
 }
 

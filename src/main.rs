@@ -234,6 +234,7 @@ fn run_config(args: &RunArgs) -> RunConfig {
         runtime_dir: args.haproxy.runtime_dir.clone(),
         external_master_socket: args.haproxy.haproxy_master_socket.clone(),
         admin_addr: args.haproxy.admin_addr,
+        debug_addr: args.haproxy.debug_addr,
         debounce: args.haproxy.sync_debounce,
     }
 }
@@ -291,6 +292,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
         runtime_dir: work.join("run"),
         external_master_socket: None,
         admin_addr: args.admin_addr,
+        debug_addr: None,
         debounce: std::time::Duration::from_millis(100),
     };
     let port = args.http_bind_port;

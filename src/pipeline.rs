@@ -286,6 +286,15 @@ impl Pipeline {
             }
             services.extend(change.service.iter().cloned());
         }
+        // A refused endpoint is reported by a whole run: so is one that no longer is.
+        if translate::backends::reports_endpoints(
+            &self.config.exposure.endpoints,
+            store,
+            &services,
+            &previous.output.diagnostics,
+        ) {
+            return Ok(None);
+        }
         let mut model = previous.output.model.clone();
         let mut redone = Vec::new();
         for (service, name, port) in previous.reuse.endpoint_users.of(&services) {

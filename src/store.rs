@@ -364,6 +364,10 @@ impl Store {
     }
 
     /// The EndpointSlices of a Service, in name order.
+    pub fn endpoint_slices(&self) -> impl Iterator<Item = (&Key, &Arc<EndpointSlice>)> {
+        self.endpoint_slices.iter()
+    }
+
     pub fn endpoint_slices_of(&self, service: &Key) -> impl Iterator<Item = &Arc<EndpointSlice>> {
         self.slices_by_service
             .get(service)

@@ -1,11 +1,19 @@
 //! Services and EndpointSlices become backend targets.
+//!
+//! What a target may be is decided by [`super::exposure`]: an ExternalName Service only when
+//! the operator allows them, and never a name of this host; an endpoint never one of the
+//! controller's own listeners, and in cluster mode never a loopback, link-local or metadata
+//! address nor the controller's pod.
 
 use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::objects::{Key, Service, ServicePort};
+use super::Translator;
+use super::exposure::{EndpointRule, Exposure};
+use crate::diagnostics::Severity;
+use crate::objects::{Key, Kind, ObjectRef, Service, ServicePort};
 use crate::store::Store;
 use crate::translate::slots::Endpoint;
 
@@ -18,10 +26,17 @@ pub struct ResolvedPort {
     pub name: String,
     /// For ExternalName services: the DNS name and the port to connect to.
     pub external: Option<(String, u16)>,
+    /// Which endpoint addresses may become servers.
+    pub endpoints: EndpointRule,
 }
 
-/// Finds the Service port `port` refers to (by name or by number).
-pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<ResolvedPort, String> {
+/// Finds the Service port `port` refers to (by name or by number). An ExternalName Service
+/// is refused unless `exposure` allows them, and so is an external name of this host.
+pub fn resolve_port(
+    service: &Service,
+    port: &ServiceBackendPort,
+    exposure: &Exposure,
+) -> Result<ResolvedPort, String> {
     let ports = service.ports.as_slice();
     let wanted = match (&port.name, port.number) {
         (Some(name), _) if !name.is_empty() => ports
@@ -30,14 +45,30 @@ pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<Reso
         (_, Some(number)) => ports.iter().find(|p| p.port == number),
         _ => return Err("the backend names no port".to_string()),
     };
-    let external = (service.type_.as_deref() == Some("ExternalName"))
-        .then(|| service.external_name.clone())
-        .flatten();
+    let is_external = service.type_.as_deref() == Some("ExternalName");
+    if is_external && !exposure.allow_external_name_services {
+        return Err(
+            "spec.type is ExternalName, which is not routed to unless the operator sets --allow-external-name-services"
+                .to_string(),
+        );
+    }
+    let external = is_external.then(|| service.external_name.clone()).flatten();
     if let Some(dns_name) = external {
+        if let Some(why) = super::exposure::external_name_refusal(&dns_name) {
+            return Err(format!(
+                "spec.externalName {} is refused: {why}",
+                super::exposure::brief(&dns_name)
+            ));
+        }
         let dns_name = crate::values::parse_host(&dns_name)
             .ok()
             .filter(|h| !h.starts_with('*'))
-            .ok_or_else(|| format!("spec.externalName {dns_name:?} is not a DNS name"))?;
+            .ok_or_else(|| {
+                format!(
+                    "spec.externalName {} is not a DNS name",
+                    super::exposure::brief(&dns_name)
+                )
+            })?;
         // An ExternalName Service need not list ports: the Ingress' port number is used as is.
         let (number, target) = match wanted {
             Some(p) => (p.port, target_number(p).unwrap_or(p.port)),
@@ -52,6 +83,7 @@ pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<Reso
             number: to_port(number)?,
             name: String::new(),
             external: Some((dns_name, to_port(target)?)),
+            endpoints: EndpointRule::default(),
         });
     }
     let p = wanted.ok_or_else(|| match (&port.name, port.number) {
@@ -62,6 +94,7 @@ pub fn resolve_port(service: &Service, port: &ServiceBackendPort) -> Result<Reso
         number: to_port(p.port)?,
         name: p.name.clone().unwrap_or_default(),
         external: None,
+        endpoints: exposure.endpoints.clone(),
     })
 }
 
@@ -83,7 +116,8 @@ fn to_port(n: i32) -> Result<u16, String> {
 /// that are terminating (so a rollout's last pods still answer). Sorted, without duplicates.
 /// Target ports come from the EndpointSlice port with the Service port's name, which is how
 /// a named `targetPort` is resolved. Addresses are written canonically (as the API requires
-/// them, so as they were written); an endpoint without an IP address is skipped.
+/// them, so as they were written); an endpoint without an IP address is skipped, and so is
+/// one the port's [`EndpointRule`] refuses (reported by [`Translator::refused_endpoints`]).
 pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpoint> {
     let mut ready = Vec::new();
     let mut terminating = Vec::new();
@@ -100,10 +134,15 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
         else {
             continue;
         };
+        let check = port.endpoints.is_active();
         for endpoint in &slice.endpoints {
-            let Some(address) = endpoint.address.as_ref().map(address_text) else {
+            let Some(ip) = endpoint.address else {
                 continue;
             };
+            if check && port.endpoints.refusal(ip, number).is_some() {
+                continue;
+            }
+            let address = address_text(&ip);
             let is_ready = endpoint.ready.unwrap_or(true);
             let is_serving = endpoint.serving.unwrap_or(is_ready);
             let is_terminating = endpoint.terminating.unwrap_or(false);
@@ -118,6 +157,70 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
     chosen.sort();
     chosen.dedup();
     chosen
+}
+
+/// Whether an endpoint-only run for `services` must be a whole run, to report refused
+/// endpoints: one of their slices has an endpoint `rule` refuses, or the last run reported
+/// one (which may be gone now).
+pub fn reports_endpoints(
+    rule: &EndpointRule,
+    store: &Store,
+    services: &std::collections::BTreeSet<Key>,
+    previous: &[crate::diagnostics::Diagnostic],
+) -> bool {
+    if !rule.is_active() {
+        return false;
+    }
+    let reported = previous.iter().any(|d| {
+        matches!(&d.subject, crate::diagnostics::Subject::Object(o) if o.kind == Kind::EndpointSlice)
+    });
+    reported
+        || services.iter().any(|service| {
+            store.endpoint_slices_of(service).any(|slice| {
+                slice.address_type.is_ip()
+                    && slice.endpoints.iter().filter_map(|e| e.address).any(|ip| {
+                        slice
+                            .ports
+                            .iter()
+                            .filter_map(|p| p.port.and_then(|n| to_port(n).ok()))
+                            .any(|p| rule.refusal(ip, p).is_some())
+                    })
+            })
+        })
+}
+
+impl Translator<'_> {
+    /// An error on each EndpointSlice endpoint the run's [`EndpointRule`] refuses, naming
+    /// the field; [`endpoints`] leaves them out of every backend.
+    pub(super) fn refused_endpoints(&mut self) {
+        let rule = &self.config.exposure.endpoints;
+        if !rule.is_active() {
+            return;
+        }
+        for (key, slice) in self.store.endpoint_slices() {
+            if !slice.address_type.is_ip() {
+                continue;
+            }
+            let ports: Vec<u16> = slice
+                .ports
+                .iter()
+                .filter_map(|p| p.port.and_then(|n| to_port(n).ok()))
+                .collect();
+            for (i, endpoint) in slice.endpoints.iter().enumerate() {
+                let Some(ip) = endpoint.address else {
+                    continue;
+                };
+                if let Some(why) = ports.iter().find_map(|p| rule.refusal(ip, *p)) {
+                    self.diags.object(
+                        Severity::Error,
+                        &ObjectRef::new(Kind::EndpointSlice, key),
+                        format!("endpoints[{i}].addresses[0]"),
+                        format!("{why}; endpoint skipped"),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// An endpoint's address as HAProxy reads it: what `Display` writes, but an IPv4 address
@@ -187,6 +290,7 @@ mod tests {
             number: 80,
             name: "http".into(),
             external: None,
+            endpoints: EndpointRule::default(),
         };
         endpoints(&Store::from_objects([slice]), &Key::new("ns", "web"), &port)
     }
@@ -212,6 +316,103 @@ mod tests {
                 .collect();
             assert_eq!(chosen("IPv4", &[written]), expected, "{written}");
         }
+    }
+
+    fn external(name: &str) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "ext", "namespace": "evil"},
+            "spec": {"type": "ExternalName", "externalName": name,
+                     "ports": [{"name": "http", "port": 80, "targetPort": 6060}]}
+        }))
+        .unwrap()
+    }
+
+    fn by_number(n: i32) -> ServiceBackendPort {
+        ServiceBackendPort {
+            name: None,
+            number: Some(n),
+        }
+    }
+
+    #[test]
+    fn external_name_services_are_off_unless_allowed() {
+        let off = Exposure::default();
+        let err = resolve_port(&external("db.example.com"), &by_number(80), &off).unwrap_err();
+        assert!(
+            err.contains("spec.type") && err.contains("--allow-external-name-services"),
+            "{err}"
+        );
+        let on = Exposure {
+            allow_external_name_services: true,
+            ..Exposure::default()
+        };
+        let ok = resolve_port(&external("db.example.com"), &by_number(80), &on).unwrap();
+        assert_eq!(ok.external, Some(("db.example.com".to_string(), 6060)));
+        for name in [
+            "localhost",
+            "x.localhost",
+            "127.0.0.1",
+            "127.1",
+            "metadata.google.internal",
+        ] {
+            let err = resolve_port(&external(name), &by_number(80), &on).unwrap_err();
+            assert!(err.starts_with("spec.externalName"), "{name}: {err}");
+        }
+        // A Service of another type is not concerned.
+        let plain: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"ports": [{"name": "http", "port": 80}]}
+        }))
+        .unwrap();
+        assert!(resolve_port(&plain, &by_number(80), &off).is_ok());
+    }
+
+    #[test]
+    fn refused_endpoints_are_left_out() {
+        let slice = Object::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "namespace": "ns",
+                         "labels": {crate::store::SERVICE_NAME_LABEL: "web"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["127.0.0.1"]}, {"addresses": ["169.254.169.254"]},
+                          {"addresses": ["10.0.0.9"]}, {"addresses": ["10.0.0.1"]}],
+            "ports": [{"name": "http", "port": 6060}]
+        }))
+        .unwrap();
+        let store = Store::from_objects([slice]);
+        let web = Key::new("ns", "web");
+        let with = |endpoints: EndpointRule| {
+            let port = ResolvedPort {
+                number: 80,
+                name: "http".into(),
+                external: None,
+                endpoints,
+            };
+            endpoints_of(&store, &web, &port)
+        };
+        assert_eq!(with(EndpointRule::default()).len(), 4);
+        let admin = EndpointRule {
+            own_listeners: std::sync::Arc::from(["127.0.0.1:6060"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()]),
+            ..EndpointRule::default()
+        };
+        assert_eq!(
+            with(admin.clone()),
+            ["10.0.0.1", "10.0.0.9", "169.254.169.254"]
+        );
+        let cluster = Exposure::default()
+            .with_listeners([])
+            .in_cluster(Some("10.0.0.9".parse().unwrap()))
+            .endpoints;
+        assert_eq!(with(cluster), ["10.0.0.1"]);
+    }
+
+    fn endpoints_of(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<String> {
+        endpoints(store, service, port)
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect()
     }
 
     #[test]

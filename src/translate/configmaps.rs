@@ -219,7 +219,7 @@ impl Translator<'_> {
             );
             return;
         };
-        let mut taken = self.listen_binds();
+        let mut taken = self.reserved_binds();
         for service in &self.tcp_services {
             for bind in &service.binds {
                 taken.insert(
@@ -320,7 +320,8 @@ impl Translator<'_> {
                 name: None,
                 number: Some(i32::from(spec.port)),
             };
-            let resolved = match backends::resolve_port(service, &backend_port) {
+            let config = self.config;
+            let resolved = match backends::resolve_port(service, &backend_port, &config.exposure) {
                 Ok(r) => r,
                 Err(e) => {
                     self.diags.object(

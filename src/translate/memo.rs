@@ -186,6 +186,7 @@ mod tests {
             number: 80,
             name: String::new(),
             external: None,
+            endpoints: super::super::exposure::EndpointRule::default(),
         };
         let mut store =
             Store::from_objects([slice("web-1", "10.0.0.1"), slice("web-2", "10.0.0.2")]);

@@ -9,6 +9,7 @@ pub mod backends;
 pub mod class;
 pub mod configmaps;
 pub mod cookies;
+pub mod exposure;
 pub mod memo;
 pub mod parts;
 pub mod peers;
@@ -62,6 +63,9 @@ pub struct TranslateConfig {
     /// Threads that translate Ingresses and assemble backends ahead when a run has many
     /// (see [`crate::parallel`]). The output is the same for any.
     pub workers: crate::parallel::Workers,
+    /// What tenants' objects may point HAProxy at (ExternalName, endpoint addresses, TCP
+    /// bind ports) and the controller's own listeners they may not take.
+    pub exposure: exposure::Exposure,
 }
 
 impl Default for TranslateConfig {
@@ -87,6 +91,7 @@ impl Default for TranslateConfig {
             errorfiles_config_map: None,
             tcp_services_config_map: None,
             workers: crate::parallel::Workers::default(),
+            exposure: exposure::Exposure::default(),
         }
     }
 }
@@ -305,6 +310,7 @@ pub fn translate<'a>(
         }
     }
     t.tcp_services_config_map();
+    t.refused_endpoints();
     t.finish(global)
 }
 
@@ -414,7 +420,7 @@ impl<'a> Translator<'a> {
             );
             return;
         };
-        match backends::resolve_port(service, &port) {
+        match backends::resolve_port(service, &port, &self.config.exposure) {
             Ok(resolved) => {
                 let name = self.register_backend(key, resolved, None);
                 self.default_backend = Some((name, format!("--default-backend-service {key}")));
@@ -511,7 +517,7 @@ impl<'a> Translator<'a> {
             return None;
         };
         let port = svc.port.clone().unwrap_or_default();
-        match backends::resolve_port(service, &port) {
+        match backends::resolve_port(service, &port, &self.config.exposure) {
             Ok(resolved) => Some((key, resolved, service)),
             Err(e) => {
                 self.diags.object(

@@ -2,8 +2,11 @@
 //! binds, optionally terminating TLS with a Secret's certificate, in front of a Service.
 //!
 //! Frontend names and bind addresses are shared by all objects: where two claim the same, the
-//! older object wins and the other entry is reported. A bind may not take the HTTP or HTTPS
-//! frontend's port on the same address either.
+//! older object wins and the other entry is reported. A bind may not take an address HAProxy
+//! or the controller holds either: the HTTP, HTTPS and stats frontends', the peers port, the
+//! admin and debug listeners'. HAProxy accepts such a configuration in `haproxy -c` and then
+//! fails every reload, so it is refused here, up front. Ports below 1024 need
+//! `--allow-privileged-tcp-binds`.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -45,12 +48,47 @@ fn parse_name(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
+/// Whether two bind addresses (canonical text) take the same port: equal, or one is a
+/// wildcard of the other's family. `::` also covers IPv4, as HAProxy binds it (`v4v6`) on
+/// Linux's default `bindv6only=0`.
+fn overlaps(a: &str, b: &str) -> bool {
+    let v6 = |x: &str| x.contains(':');
+    let covers = |wild: &str, other: &str| match wild {
+        "0.0.0.0" => !v6(other),
+        "::" => true,
+        _ => false,
+    };
+    a == b || covers(a, b) || covers(b, a)
+}
+
 impl Translator<'_> {
+    /// Addresses HAProxy's own frontends and the controller hold, with their owner's name:
+    /// the HTTP, HTTPS and stats frontends, the peers listener (on every address, when this
+    /// controller has an identity) and the admin and debug listeners.
+    pub(super) fn reserved_binds(&self) -> BTreeMap<(String, u16), String> {
+        let mut out = self.listen_binds();
+        if self.config.identity.pod_name.is_some() {
+            for any in ["0.0.0.0", "::"] {
+                out.insert(
+                    (any.to_string(), self.config.identity.peer_port),
+                    "the peers listener (--localpeer-port)".to_string(),
+                );
+            }
+        }
+        for listener in self.config.exposure.endpoints.own_listeners.iter() {
+            out.insert(
+                (listener.ip().to_canonical().to_string(), listener.port()),
+                format!("this controller's admin endpoint ({listener})"),
+            );
+        }
+        out
+    }
+
     /// Translates every TCP object the class filter accepts, oldest first.
     pub(super) fn tcp_objects(&mut self, objects: &[(&Key, &Arc<Tcp>)]) {
         // Frontend names and bind addresses already taken, and by whom.
         let mut names: BTreeMap<String, ObjectRef> = BTreeMap::new();
-        let mut addresses: BTreeMap<(String, u16), String> = self.listen_binds();
+        let mut addresses: BTreeMap<(String, u16), String> = self.reserved_binds();
         for (key, tcp) in objects {
             let object = ObjectRef::new(Kind::Tcp, key);
             for (i, entry) in tcp.spec.iter().enumerate() {
@@ -134,7 +172,7 @@ impl Translator<'_> {
             name: None,
             number: Some(i32::from(entry.service.port)),
         };
-        match backends::resolve_port(service, &port) {
+        match backends::resolve_port(service, &port, &self.config.exposure) {
             Ok(resolved) => Some(self.register_tcp_backend(&svc_key, resolved)),
             Err(e) => {
                 self.diags.object(
@@ -158,19 +196,30 @@ impl Translator<'_> {
             None => self.config.listen.ipv4_address.clone(),
             Some(a) => a
                 .parse::<IpAddr>()
-                .map_err(|_| format!("address {a:?} is not an IP address; bind skipped"))?
+                .map_err(|_| {
+                    format!(
+                        "address {} is not an IP address; bind skipped",
+                        super::exposure::brief(a)
+                    )
+                })?
+                .to_canonical()
                 .to_string(),
         };
         if bind.port == 0 {
             return Err("port 0 is not a port; bind skipped".to_string());
         }
-        // 0.0.0.0 overlaps every IPv4 address on the same port (and :: every IPv6 one).
         let clash = taken
             .iter()
-            .find(|((a, p), _)| *p == bind.port && super::configmaps::overlaps(a, &address));
+            .find(|((a, p), _)| *p == bind.port && overlaps(a, &address));
         if let Some((_, owner)) = clash {
             return Err(format!(
                 "{address}:{} is already bound by {owner}; bind skipped",
+                bind.port
+            ));
+        }
+        if bind.port < 1024 && !self.config.exposure.allow_privileged_tcp_binds {
+            return Err(format!(
+                "port {} is below 1024, which TCP objects may bind only with --allow-privileged-tcp-binds; bind skipped",
                 bind.port
             ));
         }

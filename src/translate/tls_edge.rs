@@ -163,6 +163,7 @@ mod tests {
                     number: 443,
                     name: String::new(),
                     external: None,
+                    endpoints: super::super::exposure::EndpointRule::default(),
                 },
             ),
             rank,
