@@ -1,0 +1,365 @@
+//! A hostile tenant against a real HAProxy: objects that would route into the controller or
+//! its node, or bind an address that is already taken. Each is added next to a victim
+//! Ingress; a newcomer's Ingress must then go live while the victim keeps answering, nothing
+//! of the admin endpoint may be served through HAProxy, the controller stays up with no
+//! failed reload, and the hostile object gets a diagnostic naming it and the field.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use support::*;
+
+/// How long a newcomer's Ingress may take to go live next to a hostile object.
+const LIVE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Paths of the admin endpoint a hostile route would reach.
+const ADMIN_PATHS: &[&str] = &[
+    "/debug/config",
+    "/debug/model",
+    "/debug/log-level",
+    "/metrics",
+    "/readyz",
+    "/healthz",
+];
+
+/// Whether `body` is something the admin endpoint (not an echo server, which repeats the
+/// request line, nor HAProxy's error page) wrote.
+fn is_admin_content(body: &str) -> bool {
+    body.contains("portcullis_")
+        || body.contains("global\n")
+        || body.contains("\"backends\"")
+        || body.contains("not found\n")
+        || body.contains("\"frontends\"")
+        || body.contains("\"last_outcome\"")
+        || body.contains("builder=off")
+        || body == "ok\n"
+}
+
+/// A victim Ingress in `victim`, answering on `victim.example.com`.
+fn victim(h: &mut Harness) {
+    let backend = h.backend("victim", "victim");
+    h.write("victim.yaml", &backend);
+    h.write(
+        "victim-ingress.yaml",
+        &ingress(
+            "victim",
+            "victim",
+            &[route(Some("victim.example.com"), "/", "Prefix", "victim")],
+            None,
+            &[],
+        ),
+    );
+}
+
+/// An Ingress of `ns` sending every path of `host` to Service `service`.
+fn ingress_to(ns: &str, name: &str, host: &str, service: &str) -> String {
+    ingress(
+        ns,
+        name,
+        &[route(Some(host), "/", "Prefix", service)],
+        None,
+        &[],
+    )
+}
+
+/// Waits until `portcullis run` has logged a diagnostic containing every one of `parts`.
+fn wait_for_diagnostic(h: &Harness, parts: &[&str]) {
+    wait_until(
+        APPLY_TIMEOUT,
+        &format!("a diagnostic with {parts:?}"),
+        || h.log().lines().any(|l| parts.iter().all(|p| l.contains(p))),
+    );
+}
+
+/// A `PUT` through HAProxy's HTTP frontend: the raw answer, or `None` when the connection
+/// failed.
+fn put_through(h: &Harness, host: &str, path: &str, body: &str) -> Option<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], h.http_port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "PUT {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    Some(String::from_utf8_lossy(&raw).into_owned())
+}
+
+/// Nothing of the admin endpoint comes back through HAProxy for `host`, and the log filter
+/// cannot be changed through it.
+fn no_admin_content_through(h: &Harness, host: &str) {
+    let filter = h.admin("/debug/log-level").map(|a| a.body);
+    for path in ADMIN_PATHS {
+        if let Some(answer) = h.try_get(host, path) {
+            assert!(
+                !is_admin_content(&answer.body),
+                "http://{host}{path} served admin content ({}):\n{}",
+                answer.status,
+                answer.body
+            );
+        }
+    }
+    if let Some(answer) = put_through(h, host, "/debug/log-level", "debug") {
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        assert!(
+            !is_admin_content(body) && !body.starts_with("debug"),
+            "PUT /debug/log-level through {host} reached the admin endpoint:\n{answer}"
+        );
+    }
+    assert_eq!(
+        h.admin("/debug/log-level").map(|a| a.body),
+        filter,
+        "the log filter changed"
+    );
+}
+
+/// After a hostile object: the diagnostic naming it and its field, a newcomer's Ingress live
+/// within [`LIVE_WITHIN`], the victim unchanged, no failed reload, the controller up.
+fn survives(h: &mut Harness, round: &str, diagnostic: &[&str]) {
+    wait_for_diagnostic(h, diagnostic);
+    let newcomer = format!("newcomer-{round}");
+    let host = format!("{newcomer}.example.com");
+    let backend = h.backend("newcomer", &newcomer);
+    h.write(&format!("{newcomer}.yaml"), &backend);
+    h.write(
+        &format!("{newcomer}-ingress.yaml"),
+        &ingress_to("newcomer", &newcomer, &host, &newcomer),
+    );
+    wait_until(LIVE_WITHIN, &format!("{host} goes live"), || {
+        h.try_get(&host, "/").is_some_and(|a| a.who() == newcomer)
+    });
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+    assert_eq!(h.reloads().1, 0, "a reload failed:\n{}", h.log());
+    let (status, readyz) = h.readyz().expect("the admin endpoint answers");
+    assert_eq!(status, 200, "{readyz}");
+    assert!(readyz["last_error"].is_null(), "{readyz}");
+    assert!(
+        h.wait_exit(Duration::ZERO).is_none(),
+        "the controller exited:\n{}",
+        h.log()
+    );
+}
+
+/// A Service of `evil` pointing at `external_name` on the admin port, and an Ingress routing
+/// `evil.example.com` to it.
+fn external_name_to(h: &Harness, service: &str, external_name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {service}\n  namespace: evil\n\
+         spec:\n  type: ExternalName\n  externalName: {external_name:?}\n  \
+         ports:\n    - {{name: http, port: 80, targetPort: {}}}\n---\n{}",
+        h.admin_port,
+        ingress_to("evil", service, &format!("{service}.example.com"), service)
+    )
+}
+
+#[test]
+fn external_name_services_are_off_by_default() {
+    let mut h = Harness::new();
+    victim(&mut h);
+    h.start(&[]);
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+
+    h.write("evil.yaml", &external_name_to(&h, "ext", "localhost"));
+    survives(
+        &mut h,
+        "off",
+        &[
+            "Service evil/ext",
+            "spec.type is ExternalName",
+            "Ingress evil/ext",
+        ],
+    );
+    no_admin_content_through(&h, "ext.example.com");
+    assert!(
+        !std::fs::read_to_string(h.config_dir().join("haproxy.cfg"))
+            .unwrap()
+            .contains("localhost"),
+        "the ExternalName reached haproxy.cfg"
+    );
+}
+
+#[test]
+fn allowed_external_names_of_this_host_are_refused() {
+    let mut h = Harness::new();
+    victim(&mut h);
+    h.start(&["--allow-external-name-services"]);
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+
+    for (round, (service, name)) in [
+        ("to-localhost", "localhost"),
+        ("to-loopback", "127.0.0.1"),
+        ("to-short-loopback", "127.1"),
+        ("to-admin-localhost", "admin.localhost"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        h.write(
+            &format!("evil-{service}.yaml"),
+            &external_name_to(&h, service, name),
+        );
+        survives(
+            &mut h,
+            &round.to_string(),
+            &[&format!("Service evil/{service}"), "spec.externalName"],
+        );
+        no_admin_content_through(&h, &format!("{service}.example.com"));
+    }
+    let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    let admin = format!(":{}", h.admin_port);
+    assert!(
+        !cfg.split_whitespace().any(|w| w.ends_with(&admin)),
+        "the admin port reached haproxy.cfg:\n{cfg}"
+    );
+}
+
+/// Endpoints of `evil`'s Service on the controller's own admin and debug listeners: refused
+/// (loopback endpoints stay allowed with `--manifests`, these two addresses never are).
+/// With `--debug-addr`, the debug pages are on that listener only.
+#[test]
+fn endpoints_on_the_controller_listeners_are_refused_and_debug_pages_stay_apart() {
+    let mut h = Harness::new();
+    let debug_port = free_port();
+    let debug = SocketAddr::from(([127, 0, 0, 1], debug_port));
+    victim(&mut h);
+    h.start(&["--debug-addr", &debug.to_string()]);
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+
+    // The probe listener serves probes and metrics, not the debug pages.
+    assert!(h.admin("/metrics").unwrap().body.contains("portcullis_"));
+    for path in ["/debug/config", "/debug/model", "/debug/log-level"] {
+        let answer = h.admin(path).unwrap();
+        assert_eq!(
+            answer.status, 404,
+            "{path} on --admin-addr: {}",
+            answer.body
+        );
+    }
+    let config = http_get(debug, "127.0.0.1", "/debug/config").unwrap();
+    assert_eq!(config.status, 200);
+    assert!(config.body.contains("global"));
+    assert_eq!(http_get(debug, "127.0.0.1", "/readyz").unwrap().status, 200);
+
+    for (round, port) in [("admin", h.admin_port), ("debug", debug_port)] {
+        let service = format!("to-{round}");
+        let slices = endpoint_slices("evil", &service, &[("0", port, true)]);
+        h.write(
+            &format!("evil-{round}.yaml"),
+            &format!(
+                "{}---\n{slices}---\n{}",
+                support::service("evil", &service, &[]),
+                ingress_to(
+                    "evil",
+                    &service,
+                    &format!("{service}.example.com"),
+                    &service
+                )
+            ),
+        );
+        survives(
+            &mut h,
+            round,
+            &[
+                &format!("EndpointSlice evil/{service}-0"),
+                "endpoints[0].addresses[0]",
+                "own listener",
+            ],
+        );
+        no_admin_content_through(&h, &format!("{service}.example.com"));
+        let through = h.get(&format!("{service}.example.com"), "/debug/config");
+        assert_eq!(through.status, 503, "{}", through.body);
+    }
+    // The debug listener kept its content to itself, and still answers.
+    assert_eq!(
+        http_get(debug, "127.0.0.1", "/debug/model").unwrap().status,
+        200
+    );
+}
+
+/// A TCP object of `ns` (older when `created` is earlier) with one bind on
+/// `address:port` in front of Service `service` port 80.
+fn tcp_object(
+    ns: &str,
+    name: &str,
+    created: &str,
+    address: &str,
+    port: u16,
+    service: &str,
+) -> String {
+    format!(
+        "apiVersion: ingress.v3.haproxy.org/v3\nkind: TCP\nmetadata:\n  name: {name}\n  \
+         namespace: {ns}\n  creationTimestamp: {created:?}\n  \
+         annotations: {{ingress.class: portcullis}}\nspec:\n  - name: {name}\n    frontend:\n      \
+         name: {ns}-{name}\n      binds:\n        - {{name: b, address: {address}, port: {port}}}\n    \
+         service: {{name: {service}, port: 80}}\n"
+    )
+}
+
+/// TCP binds on the admin port, the HTTP port, an older TCP object's port and a port below
+/// 1024: each refused up front, no reload fails, everyone else's changes apply.
+#[test]
+fn tcp_binds_on_taken_or_privileged_ports_are_refused() {
+    let mut h = Harness::new();
+    victim(&mut h);
+    // An older tenant's TCP service, which the hostile object tries to take over; `evil`
+    // sorts before `tenant`, so the creation time decides.
+    let tenant_port = free_port();
+    let tenant = h.backend("tenant", "tenant");
+    h.write("tenant.yaml", &tenant);
+    h.write(
+        "tenant-tcp.yaml",
+        &tcp_object(
+            "tenant",
+            "db",
+            "2020-01-01T00:00:00Z",
+            "127.0.0.1",
+            tenant_port,
+            "tenant",
+        ),
+    );
+    let evil = h.backend("evil", "evil");
+    h.write("evil.yaml", &evil);
+    h.start(&[]);
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+    let tenant_addr = SocketAddr::from(([127, 0, 0, 1], tenant_port));
+    assert_eq!(http_get(tenant_addr, "x", "/").unwrap().who(), "tenant");
+
+    let vectors = [
+        (
+            "admin",
+            "127.0.0.1",
+            h.admin_port,
+            "this controller's admin endpoint",
+        ),
+        ("http", "0.0.0.0", h.http_port, "the HTTP frontend"),
+        ("tenant", "0.0.0.0", tenant_port, "TCP tenant/db"),
+        ("privileged", "127.0.0.1", 81, "below 1024"),
+    ];
+    for (round, address, port, owner) in vectors {
+        h.write(
+            &format!("evil-tcp-{round}.yaml"),
+            &tcp_object("evil", round, "2024-01-01T00:00:00Z", address, port, "evil"),
+        );
+        survives(
+            &mut h,
+            round,
+            &[
+                &format!("TCP evil/{round}"),
+                "spec[0].frontend.binds[0]",
+                owner,
+            ],
+        );
+        // The older owner keeps its address.
+        assert_eq!(http_get(tenant_addr, "x", "/").unwrap().who(), "tenant");
+        assert_eq!(h.readyz().unwrap().0, 200);
+    }
+    no_admin_content_through(&h, "victim.example.com");
+    let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    assert!(!cfg.contains("frontend tcp_evil-"), "{cfg}");
+}
