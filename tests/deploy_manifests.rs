@@ -697,3 +697,130 @@ fn tcp_objects_are_checked_against_the_committed_crd() {
     assert!(err.contains("binds/0/port"), "{err}");
     assert!(err.contains("'port' is a required property"), "{err}");
 }
+
+/// The ports a NetworkPolicy rule opens: `(first, last)` ranges; `None` when it names a port by
+/// name (none of ours does) or opens every port.
+fn rule_ports(rule: &Value) -> Option<Vec<(u64, u64)>> {
+    let ports = rule["ports"].as_sequence()?;
+    ports
+        .iter()
+        .map(|p| {
+            let first = p["port"].as_u64()?;
+            Some((first, p["endPort"].as_u64().unwrap_or(first)))
+        })
+        .collect()
+}
+
+/// The port of a `--flag=ADDR:PORT` among `args`, with its address.
+fn listen_flag(args: &[String], flag: &str) -> Option<(String, u64)> {
+    let value = args
+        .iter()
+        .find_map(|a| a.strip_prefix(&format!("{flag}=")))?;
+    let (address, port) = value.rsplit_once(':')?;
+    Some((address.to_string(), port.parse().ok()?))
+}
+
+/// Each overlay that runs pods ships a NetworkPolicy for them: HAProxy's ports open to
+/// everyone, the peers port to the replicas, the admin port only to namespaces the operator
+/// labels for monitoring, and the debug listener on loopback.
+#[test]
+fn every_workload_overlay_ships_a_network_policy() {
+    for name in OVERLAYS {
+        let objects = overlay(name);
+        let Some(workload) = objects
+            .iter()
+            .find(|o| matches!(s(o, "kind"), "Deployment" | "DaemonSet"))
+        else {
+            assert!(
+                !objects.iter().any(|o| s(o, "kind") == "NetworkPolicy"),
+                "{name}: a NetworkPolicy without pods"
+            );
+            continue;
+        };
+        let namespace = s(&workload["metadata"], "namespace");
+        let labels = &workload["spec"]["template"]["metadata"]["labels"];
+        let policy = objects
+            .iter()
+            .find(|o| {
+                s(o, "kind") == "NetworkPolicy"
+                    && s(&o["metadata"], "namespace") == namespace
+                    && o["spec"]["podSelector"]["matchLabels"]
+                        .as_mapping()
+                        .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
+            })
+            .unwrap_or_else(|| panic!("{name}: no NetworkPolicy selects the controller's pods"));
+        assert!(
+            strings(&policy["spec"]["policyTypes"]).contains(&"Ingress".to_string()),
+            "{name}: the policy does not restrict ingress"
+        );
+        let rules = policy["spec"]["ingress"].as_sequence().expect("rules");
+        // Who may reach `port`: `None` for everyone, else the `from` peers of the rules.
+        let reach = |port: u64| -> Vec<Option<Value>> {
+            rules
+                .iter()
+                .filter(|r| {
+                    rule_ports(r)
+                        .is_none_or(|ranges| ranges.iter().any(|(a, b)| (*a..=*b).contains(&port)))
+                })
+                .map(|r| r.get("from").cloned())
+                .collect()
+        };
+        let pod = &workload["spec"]["template"]["spec"];
+        let all = containers(pod);
+        let haproxy = all
+            .iter()
+            .find(|c| s(c, "name") == "haproxy")
+            .expect("an haproxy container");
+        for port in haproxy["ports"].as_sequence().expect("ports") {
+            let number = port["containerPort"].as_u64().expect("a port number");
+            let who = reach(number);
+            match s(port, "name") {
+                "http" | "https" => assert!(
+                    who.iter().any(Option::is_none),
+                    "{name}: port {number} is not open to everyone"
+                ),
+                "peers" => {
+                    assert!(!who.is_empty(), "{name}: peers port closed");
+                    for from in &who {
+                        let from = from.as_ref().expect("the peers port is not open to all");
+                        for peer in from.as_sequence().expect("peers") {
+                            assert!(
+                                peer.get("podSelector").is_some()
+                                    && peer.get("namespaceSelector").is_none()
+                                    && peer.get("ipBlock").is_none(),
+                                "{name}: peers port open beyond the replicas: {peer:?}"
+                            );
+                        }
+                    }
+                }
+                other => panic!("{name}: an HAProxy port {other} the test does not know"),
+            }
+        }
+        let controller = all
+            .iter()
+            .find(|c| s(c, "name") == "portcullis")
+            .expect("a portcullis container");
+        let args = strings(&controller["args"]);
+        let (_, admin) = listen_flag(&args, "--admin-addr").expect("--admin-addr");
+        let who = reach(admin);
+        assert!(!who.is_empty(), "{name}: the admin port is closed to Prometheus");
+        for from in who {
+            let from = from.expect("the admin port is not open to everyone");
+            for peer in from.as_sequence().expect("peers") {
+                let selector = &peer["namespaceSelector"]["matchLabels"];
+                assert_eq!(
+                    selector.get("portcullis.io/monitoring").and_then(Value::as_str),
+                    Some("true"),
+                    "{name}: the admin port is open to {peer:?}"
+                );
+                assert!(peer.get("ipBlock").is_none() && peer.get("podSelector").is_none());
+            }
+        }
+        let (debug, debug_port) = listen_flag(&args, "--debug-addr").expect("--debug-addr");
+        assert_eq!(debug, "127.0.0.1", "{name}: the debug pages are off loopback");
+        assert!(
+            reach(debug_port).is_empty(),
+            "{name}: the policy opens the debug port"
+        );
+    }
+}
