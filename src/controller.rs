@@ -15,12 +15,17 @@ use tokio::sync::mpsc;
 use crate::admin::{self, AdminState};
 use crate::apply::{Applied, Applier, ApplyError, Outcome, Supervision};
 use crate::diagnostics::{Severity, Subject};
+use crate::external_names::Resolver;
 use crate::haproxy::client::Client;
 use crate::metrics::Metrics;
 use crate::pipeline::{LoadError, Output, Pipeline};
 use crate::source::{files, watch};
 use crate::store::Store;
 use crate::translate::RunInputs;
+
+/// How long a run waits for ExternalName lookups, and how long their answers are used.
+const EXTERNAL_NAME_WAIT: Duration = Duration::from_secs(2);
+const EXTERNAL_NAME_TTL: Duration = Duration::from_secs(30);
 
 /// Where the objects come from.
 #[derive(Debug, Clone)]
@@ -237,6 +242,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         translate.exposure = translate.exposure.in_cluster(translate.identity.pod_ip);
     }
     let mut in_force = CertificatesInForce::default();
+    let resolver = translate
+        .exposure
+        .allow_external_name_services
+        .then(|| Arc::new(Resolver::new(EXTERNAL_NAME_WAIT, EXTERNAL_NAME_TTL)));
     let mut pipeline = Arc::new(Pipeline::load(
         config.scripts_dir.as_deref(),
         config.templates_dir.as_deref(),
@@ -358,6 +367,8 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     // also on its own, with a growing pause, in case no change comes.
     let mut retry_pause = Duration::from_secs(5);
     let mut next_retry = Instant::now() + retry_pause;
+    // ExternalName answers are looked up again once they are older than their TTL.
+    let mut next_names_check = Instant::now() + EXTERNAL_NAME_TTL;
 
     let result = loop {
         tokio::select! {
@@ -371,6 +382,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 if applier.running().is_some() && !applier.haproxy_alive() {
                     break Err(RunError::HaproxyExited);
                 }
+                if resolver.as_ref().is_some_and(|r| r.has_names()) && Instant::now() >= next_names_check {
+                    let _ = changes_tx.send(Instant::now());
+                    next_names_check = Instant::now() + EXTERNAL_NAME_TTL;
+                }
                 if !applier.owes_reload() {
                     retry_pause = Duration::from_secs(5);
                     next_retry = Instant::now() + retry_pause;
@@ -382,7 +397,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics).await {
+                match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics, resolver.as_ref()).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
                         if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first).await {
@@ -403,7 +418,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         // the translation's.
                         candidate.keep_memo_of(&pipeline);
                         let candidate = Arc::new(candidate);
-                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics).await {
+                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics, resolver.as_ref()).await {
                             Ok((output, _)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
@@ -505,6 +520,7 @@ impl CertificatesInForce {
         RunInputs {
             now_unix: unix_now(),
             previous_certificates: self.by_secret.clone(),
+            external_names: None,
         }
     }
 }
@@ -522,11 +538,18 @@ async fn compute(
     pipeline: &Arc<Pipeline>,
     inputs: RunInputs,
     metrics: &Arc<Metrics>,
+    resolver: Option<&Arc<Resolver>>,
 ) -> Result<(Output, Option<Arc<Store>>), String> {
     let p = pipeline.clone();
     let metrics = metrics.clone();
+    let resolver = resolver.cloned();
     // Runs of one pipeline are sequential, so its run counts tell how this one went.
     let run = move |store: &Store| {
+        // ExternalName names are resolved here, at the edge, with a bounded wait.
+        let inputs = RunInputs {
+            external_names: resolver.as_ref().map(|r| r.resolve(store)),
+            ..inputs.clone()
+        };
         let before = (
             p.endpoint_only_runs(),
             p.partial_runs(),

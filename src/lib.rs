@@ -13,6 +13,7 @@ pub mod controller;
 pub mod crd;
 pub mod demo;
 pub mod diagnostics;
+pub mod external_names;
 pub mod fingerprint;
 pub mod haproxy;
 pub mod layers;

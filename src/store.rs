@@ -364,6 +364,10 @@ impl Store {
     }
 
     /// The EndpointSlices of a Service, in name order.
+    pub fn services(&self) -> impl Iterator<Item = (&Key, &Arc<Service>)> {
+        self.services.iter()
+    }
+
     pub fn endpoint_slices(&self) -> impl Iterator<Item = (&Key, &Arc<EndpointSlice>)> {
         self.endpoint_slices.iter()
     }

@@ -803,13 +803,18 @@ fn every_workload_overlay_ships_a_network_policy() {
         let args = strings(&controller["args"]);
         let (_, admin) = listen_flag(&args, "--admin-addr").expect("--admin-addr");
         let who = reach(admin);
-        assert!(!who.is_empty(), "{name}: the admin port is closed to Prometheus");
+        assert!(
+            !who.is_empty(),
+            "{name}: the admin port is closed to Prometheus"
+        );
         for from in who {
             let from = from.expect("the admin port is not open to everyone");
             for peer in from.as_sequence().expect("peers") {
                 let selector = &peer["namespaceSelector"]["matchLabels"];
                 assert_eq!(
-                    selector.get("portcullis.io/monitoring").and_then(Value::as_str),
+                    selector
+                        .get("portcullis.io/monitoring")
+                        .and_then(Value::as_str),
                     Some("true"),
                     "{name}: the admin port is open to {peer:?}"
                 );
@@ -817,7 +822,10 @@ fn every_workload_overlay_ships_a_network_policy() {
             }
         }
         let (debug, debug_port) = listen_flag(&args, "--debug-addr").expect("--debug-addr");
-        assert_eq!(debug, "127.0.0.1", "{name}: the debug pages are off loopback");
+        assert_eq!(
+            debug, "127.0.0.1",
+            "{name}: the debug pages are off loopback"
+        );
         assert!(
             reach(debug_port).is_empty(),
             "{name}: the policy opens the debug port"

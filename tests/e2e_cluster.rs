@@ -167,7 +167,7 @@ fn refused_connections_are_retried_until_the_api_server_comes_up() {
     cluster.stop();
     cluster.resume_after(Duration::from_secs(2));
     let started = Instant::now();
-    h.start(&["--startup-timeout", "30s"]);
+    h.start(&["--startup-timeout", "30s", "--allow-local-endpoints"]);
     assert!(
         started.elapsed() >= Duration::from_secs(2),
         "ready before the server was up"
@@ -252,7 +252,7 @@ fn an_api_server_outage_never_stops_haproxy_and_nothing_is_lost() {
     ));
     let kubeconfig = cluster.kubeconfig(&h.work(), None);
     h.use_kubeconfig(&kubeconfig);
-    h.start(&["--namespace", NS]);
+    h.start(&["--namespace", NS, "--allow-local-endpoints"]);
     assert_eq!(h.who("shop.example", "/"), "a");
     assert_eq!(h.get("hidden.example", "/").status, 404, "namespace filter");
 
@@ -386,6 +386,7 @@ fn only_the_lease_holder_writes_status_and_the_other_takes_over() {
             "192.0.2.7",
             "--lease-duration",
             "3s",
+            "--allow-local-endpoints",
         ]
     };
     for (h, pod) in [(&mut one, "one"), (&mut two, "two")] {
@@ -486,7 +487,13 @@ fn rejected_annotations_become_events_on_the_ingress() {
     ));
     let kubeconfig = cluster.kubeconfig(&h.work(), None);
     h.use_kubeconfig(&kubeconfig);
-    h.start(&["--pod-name", "solo", "--pod-namespace", "ingress"]);
+    h.start(&[
+        "--pod-name",
+        "solo",
+        "--pod-namespace",
+        "ingress",
+        "--allow-local-endpoints",
+    ]);
     let events = || {
         cluster
             .server
@@ -529,7 +536,7 @@ fn a_supervisor_restarting_on_failure_recovers_from_a_failed_start() {
             cluster.resume();
         }
         let mut child = h
-            .command(&["--startup-timeout", "1s"])
+            .command(&["--startup-timeout", "1s", "--allow-local-endpoints"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

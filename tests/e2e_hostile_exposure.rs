@@ -5,6 +5,8 @@
 //! failed reload, and the hostile object gets a diagnostic naming it and the field.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
 use std::io::{Read, Write};
@@ -211,12 +213,57 @@ fn allowed_external_names_of_this_host_are_refused() {
         );
         no_admin_content_through(&h, &format!("{service}.example.com"));
     }
+    // A name that passes every check on sight and resolves to loopback: refused by its
+    // answer, which the controller looks up itself.
+    match hosts_name_on_loopback() {
+        Some(name) => {
+            h.write(
+                "evil-resolved.yaml",
+                &external_name_to(&h, "resolved", &name),
+            );
+            survives(
+                &mut h,
+                "resolved",
+                &[
+                    "Service evil/resolved",
+                    "spec.externalName",
+                    "resolves to 127.",
+                ],
+            );
+            no_admin_content_through(&h, "resolved.example.com");
+        }
+        None => {
+            eprintln!("no /etc/hosts name on loopback here: the resolved-name vector is not run")
+        }
+    }
     let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
     let admin = format!(":{}", h.admin_port);
     assert!(
         !cfg.split_whitespace().any(|w| w.ends_with(&admin)),
         "the admin port reached haproxy.cfg:\n{cfg}"
     );
+}
+
+/// A name `/etc/hosts` maps to a loopback address (a host's own name usually is), other than
+/// the names refused on sight (`localhost`, `ip6-localhost`, …).
+fn hosts_name_on_loopback() -> Option<String> {
+    let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
+    hosts.lines().find_map(|line| {
+        let mut words = line.split('#').next()?.split_whitespace();
+        let address: std::net::IpAddr = words.next()?.parse().ok()?;
+        if !address.is_loopback() {
+            return None;
+        }
+        words
+            .find(|name| {
+                !name.contains("localhost")
+                    && !name.starts_with("ip6-")
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b == b'-' || b == b'.')
+            })
+            .map(str::to_string)
+    })
 }
 
 /// Endpoints of `evil`'s Service on the controller's own admin and debug listeners: refused
@@ -362,4 +409,122 @@ fn tcp_binds_on_taken_or_privileged_ports_are_refused() {
     no_admin_content_through(&h, "victim.example.com");
     let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
     assert!(!cfg.contains("frontend tcp_evil-"), "{cfg}");
+}
+
+/// A test API server on its own runtime (its tasks keep serving while the test thread blocks).
+struct Cluster {
+    _rt: tokio::runtime::Runtime,
+    server: apiserver::ApiServer,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt.block_on(
+            apiserver::ApiServer::builder()
+                .list_items_without_type_meta()
+                .bookmark_interval(Duration::from_secs(1))
+                .start(),
+        );
+        Self { _rt: rt, server }
+    }
+
+    fn apply(&self, yaml: &str) {
+        self.server.apply_yaml(yaml);
+    }
+}
+
+/// Service `name` of `ns` with one endpoint on `address:port`, and an Ingress routing
+/// `<name>.example.com` to it.
+fn routed_to(ns: &str, name: &str, address: &str, port: u16) -> String {
+    format!(
+        "{}---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-0\n  \
+         namespace: {ns}\n  labels: {{kubernetes.io/service-name: {name}}}\naddressType: IPv4\n\
+         ports:\n  - {{name: http, port: {port}, protocol: TCP}}\n\
+         endpoints:\n  - addresses: [\"{address}\"]\n    conditions: {{ready: true}}\n---\n{}",
+        support::service(ns, name, &[]),
+        ingress_to(ns, name, &format!("{name}.example.com"), name)
+    )
+}
+
+/// Against a cluster, endpoints on the node's loopback, link-local or metadata addresses, or
+/// on the controller's own pod, are refused; `--allow-local-endpoints` keeps loopback (the
+/// echo servers here) but never the metadata address or the pod.
+#[test]
+fn in_cluster_endpoints_on_the_node_or_the_controller_are_refused() {
+    // Without the flag: a loopback endpoint is a tenant reaching into the node.
+    let cluster = Cluster::start();
+    let mut h = Harness::new();
+    let port = h.echo("local");
+    cluster.apply(&routed_to("evil", "local", "127.0.0.1", port));
+    let kubeconfig = h.work().join("kubeconfig");
+    cluster.server.write_kubeconfig(&kubeconfig, None);
+    h.use_kubeconfig(&kubeconfig);
+    h.start(&[]);
+    wait_for_diagnostic(
+        &h,
+        &[
+            "EndpointSlice evil/local-0",
+            "endpoints[0].addresses[0]",
+            "loopback",
+        ],
+    );
+    wait_until(
+        APPLY_TIMEOUT,
+        "the local endpoint's path answers 503",
+        || {
+            h.try_get("local.example.com", "/")
+                .is_some_and(|a| a.status == 503)
+        },
+    );
+    drop(h);
+
+    // With it: loopback pods serve, the metadata address and the pod's own IP do not.
+    let cluster = Cluster::start();
+    let mut h = Harness::new();
+    let victim_port = h.echo("victim");
+    cluster.apply(&routed_to("victim", "victim", "127.0.0.1", victim_port));
+    let kubeconfig = h.work().join("kubeconfig");
+    cluster.server.write_kubeconfig(&kubeconfig, None);
+    h.use_kubeconfig(&kubeconfig);
+    h.start(&["--allow-local-endpoints", "--pod-ip", "127.0.0.9"]);
+    assert_eq!(h.who("victim.example.com", "/"), "victim");
+    for (name, address, port, why) in [
+        ("metadata", "169.254.169.254", 80, "metadata"),
+        ("pod", "127.0.0.9", victim_port, "pod IP"),
+    ] {
+        cluster.apply(&routed_to("evil", name, address, port));
+        wait_for_diagnostic(
+            &h,
+            &[
+                &format!("EndpointSlice evil/{name}-0"),
+                "endpoints[0].addresses[0]",
+                why,
+            ],
+        );
+        let newcomer = format!("newcomer-{name}");
+        let newcomer_port = h.echo(&newcomer);
+        cluster.apply(&routed_to(
+            "newcomer",
+            &newcomer,
+            "127.0.0.1",
+            newcomer_port,
+        ));
+        wait_until(LIVE_WITHIN, &format!("{newcomer} goes live"), || {
+            h.try_get(&format!("{newcomer}.example.com"), "/")
+                .is_some_and(|a| a.who() == newcomer)
+        });
+        assert_eq!(h.who("victim.example.com", "/"), "victim");
+        assert_eq!(h.get(&format!("{name}.example.com"), "/").status, 503);
+        no_admin_content_through(&h, &format!("{name}.example.com"));
+    }
+    let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    assert!(
+        !cfg.contains("169.254.169.254") && !cfg.contains("127.0.0.9"),
+        "{cfg}"
+    );
 }

@@ -6,12 +6,13 @@
 //! address nor the controller's pod.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::Translator;
-use super::exposure::{EndpointRule, Exposure};
+use super::exposure::{EndpointRule, Exposure, ResolvedNames};
 use crate::diagnostics::Severity;
 use crate::objects::{Key, Kind, ObjectRef, Service, ServicePort};
 use crate::store::Store;
@@ -24,18 +25,32 @@ pub struct ResolvedPort {
     pub number: u16,
     /// The Service port name, matched against EndpointSlice port names.
     pub name: String,
-    /// For ExternalName services: the DNS name and the port to connect to.
-    pub external: Option<(String, u16)>,
+    /// For ExternalName services: where to connect.
+    pub external: Option<External>,
     /// Which endpoint addresses may become servers.
     pub endpoints: EndpointRule,
 }
 
+/// Where an ExternalName Service's backend connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct External {
+    /// `spec.externalName`.
+    pub name: String,
+    pub port: u16,
+    /// The name's addresses, when the run was given the resolver's answers (`run`): then
+    /// these are the servers and HAProxy never resolves the name. `None` (`render`, `check`):
+    /// the name is the server, as HAProxy resolves it.
+    pub addresses: Option<Arc<[IpAddr]>>,
+}
+
 /// Finds the Service port `port` refers to (by name or by number). An ExternalName Service
-/// is refused unless `exposure` allows them, and so is an external name of this host.
+/// is refused unless `exposure` allows them, and so is an external name of this host or one
+/// that `names` (the resolver's answers, when the run has them) resolves to a local address.
 pub fn resolve_port(
     service: &Service,
     port: &ServiceBackendPort,
     exposure: &Exposure,
+    names: Option<&ResolvedNames>,
 ) -> Result<ResolvedPort, String> {
     let ports = service.ports.as_slice();
     let wanted = match (&port.name, port.number) {
@@ -79,10 +94,18 @@ pub fn resolve_port(
                 (n, n)
             }
         };
+        let addresses = match names {
+            None => None,
+            Some(names) => Some(resolved_addresses(&dns_name, names)?),
+        };
         return Ok(ResolvedPort {
             number: to_port(number)?,
             name: String::new(),
-            external: Some((dns_name, to_port(target)?)),
+            external: Some(External {
+                name: dns_name,
+                port: to_port(target)?,
+                addresses,
+            }),
             endpoints: EndpointRule::default(),
         });
     }
@@ -96,6 +119,42 @@ pub fn resolve_port(
         external: None,
         endpoints: exposure.endpoints.clone(),
     })
+}
+
+/// The addresses the resolver gave `name`; refused when any is local (an attacker who
+/// controls a name's answers chooses them all). A name that did not resolve has none: its
+/// backend answers 503 until it does.
+fn resolved_addresses(name: &str, names: &ResolvedNames) -> Result<Arc<[IpAddr]>, String> {
+    let Some(Ok(addresses)) = names.0.get(name) else {
+        return Ok(Arc::from([]));
+    };
+    if let Some(why) = addresses
+        .iter()
+        .find_map(|a| super::exposure::address_refusal(*a))
+    {
+        return Err(format!(
+            "spec.externalName {} is refused: {why}",
+            super::exposure::brief(name)
+        ));
+    }
+    Ok(Arc::from(addresses.as_slice()))
+}
+
+/// The servers of an ExternalName backend: its addresses when resolved at the edge (sorted,
+/// as endpoints are), else its name (which HAProxy resolves).
+pub fn external_endpoints(external: &External) -> Vec<Endpoint> {
+    match &external.addresses {
+        Some(addresses) => {
+            let mut chosen: Vec<Endpoint> = addresses
+                .iter()
+                .map(|a| (address_text(a), external.port))
+                .collect();
+            chosen.sort();
+            chosen.dedup();
+            chosen
+        }
+        None => vec![(external.name.clone(), external.port)],
+    }
 }
 
 fn target_number(p: &ServicePort) -> Option<i32> {
@@ -190,6 +249,20 @@ pub fn reports_endpoints(
 }
 
 impl Translator<'_> {
+    /// [`resolve_port`] with this run's flags and resolver answers.
+    pub(super) fn resolve_port(
+        &self,
+        service: &Service,
+        port: &ServiceBackendPort,
+    ) -> Result<ResolvedPort, String> {
+        resolve_port(
+            service,
+            port,
+            &self.config.exposure,
+            self.inputs.external_names.as_deref(),
+        )
+    }
+
     /// An error on each EndpointSlice endpoint the run's [`EndpointRule`] refuses, naming
     /// the field; [`endpoints`] leaves them out of every backend.
     pub(super) fn refused_endpoints(&mut self) {
@@ -337,7 +410,8 @@ mod tests {
     #[test]
     fn external_name_services_are_off_unless_allowed() {
         let off = Exposure::default();
-        let err = resolve_port(&external("db.example.com"), &by_number(80), &off).unwrap_err();
+        let err =
+            resolve_port(&external("db.example.com"), &by_number(80), &off, None).unwrap_err();
         assert!(
             err.contains("spec.type") && err.contains("--allow-external-name-services"),
             "{err}"
@@ -346,8 +420,15 @@ mod tests {
             allow_external_name_services: true,
             ..Exposure::default()
         };
-        let ok = resolve_port(&external("db.example.com"), &by_number(80), &on).unwrap();
-        assert_eq!(ok.external, Some(("db.example.com".to_string(), 6060)));
+        let ok = resolve_port(&external("db.example.com"), &by_number(80), &on, None).unwrap();
+        assert_eq!(
+            ok.external,
+            Some(External {
+                name: "db.example.com".to_string(),
+                port: 6060,
+                addresses: None
+            })
+        );
         for name in [
             "localhost",
             "x.localhost",
@@ -355,7 +436,7 @@ mod tests {
             "127.1",
             "metadata.google.internal",
         ] {
-            let err = resolve_port(&external(name), &by_number(80), &on).unwrap_err();
+            let err = resolve_port(&external(name), &by_number(80), &on, None).unwrap_err();
             assert!(err.starts_with("spec.externalName"), "{name}: {err}");
         }
         // A Service of another type is not concerned.
@@ -364,7 +445,68 @@ mod tests {
             "spec": {"ports": [{"name": "http", "port": 80}]}
         }))
         .unwrap();
-        assert!(resolve_port(&plain, &by_number(80), &off).is_ok());
+        assert!(resolve_port(&plain, &by_number(80), &off, None).is_ok());
+    }
+
+    #[test]
+    fn resolved_external_names_are_their_addresses_unless_one_is_local() {
+        let on = Exposure {
+            allow_external_name_services: true,
+            ..Exposure::default()
+        };
+        let names = ResolvedNames(
+            [
+                (
+                    "db.example.com",
+                    Ok(vec![
+                        "192.0.2.8".parse().unwrap(),
+                        "192.0.2.7".parse().unwrap(),
+                    ]),
+                ),
+                (
+                    "rebind.example.com",
+                    Ok(vec![
+                        "192.0.2.1".parse().unwrap(),
+                        "127.0.0.1".parse().unwrap(),
+                    ]),
+                ),
+                (
+                    "meta.example.com",
+                    Ok(vec!["169.254.169.254".parse().unwrap()]),
+                ),
+                ("gone.example.com", Err("no such name".to_string())),
+            ]
+            .into_iter()
+            .map(|(n, a)| (n.to_string(), a))
+            .collect(),
+        );
+        let resolve = |name: &str| resolve_port(&external(name), &by_number(80), &on, Some(&names));
+        let db = resolve("db.example.com").unwrap().external.unwrap();
+        assert_eq!(
+            external_endpoints(&db),
+            [
+                ("192.0.2.7".to_string(), 6060),
+                ("192.0.2.8".to_string(), 6060)
+            ]
+        );
+        for refused in ["rebind.example.com", "meta.example.com"] {
+            let err = resolve(refused).unwrap_err();
+            assert!(
+                err.contains("spec.externalName") && err.contains("resolves to"),
+                "{err}"
+            );
+        }
+        // Not resolved (yet): no server, so the path answers 503 rather than go elsewhere.
+        let gone = resolve("gone.example.com").unwrap().external.unwrap();
+        assert!(external_endpoints(&gone).is_empty());
+        let unknown = resolve("unknown.example.com").unwrap().external.unwrap();
+        assert!(external_endpoints(&unknown).is_empty());
+        // Without answers (render, check) the name is the server.
+        let named = resolve_port(&external("db.example.com"), &by_number(80), &on, None).unwrap();
+        assert_eq!(
+            external_endpoints(&named.external.unwrap()),
+            [("db.example.com".to_string(), 6060)]
+        );
     }
 
     #[test]

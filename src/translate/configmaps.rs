@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 
-use super::{Translator, backends};
+use super::Translator;
 use crate::diagnostics::Severity;
 use crate::model::{ErrorFile, TcpBind, TcpService};
 use crate::objects::{Key, Kind, ObjectRef};
@@ -320,8 +320,7 @@ impl Translator<'_> {
                 name: None,
                 number: Some(i32::from(spec.port)),
             };
-            let config = self.config;
-            let resolved = match backends::resolve_port(service, &backend_port, &config.exposure) {
+            let resolved = match self.resolve_port(service, &backend_port) {
                 Ok(r) => r,
                 Err(e) => {
                     self.diags.object(

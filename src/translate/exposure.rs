@@ -7,6 +7,7 @@
 //! the controller's own endpoints, the node's or another tenant's listener. These rules are
 //! decided here, from flags, and applied where backends and binds are built.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
@@ -26,6 +27,13 @@ const LOCAL_NAMES: &[&str] = &[
     "instance-data",
     "instance-data.ec2.internal",
 ];
+
+/// What the controller's resolver answered, for each ExternalName Service's name, before a
+/// run (see [`crate::external_names`]): the addresses, or why there are none. Resolution is IO,
+/// so it happens at the edge and comes in as input; translation refuses a name any of whose
+/// addresses is local and renders the addresses, so HAProxy never resolves a tenant's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedNames(pub BTreeMap<String, Result<Vec<IpAddr>, String>>);
 
 /// What tenants' objects may point at, from flags (see `docs/security.md`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -104,6 +104,8 @@ pub struct RunInputs {
     pub now_unix: Option<i64>,
     /// By Secret; shared, since a large cluster holds thousands and most runs change none.
     pub previous_certificates: Arc<BTreeMap<Key, crate::model::PemFile>>,
+    /// The resolver's answers for ExternalName names (`run`); `None` renders the names.
+    pub external_names: Option<Arc<exposure::ResolvedNames>>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -130,6 +132,8 @@ pub struct Reuse {
     pub stable_until: Option<i64>,
     /// The previous certificates the run consulted (for invalid Secrets), as they were.
     pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
+    /// The resolver's answers the run used.
+    pub external_names: Option<Arc<exposure::ResolvedNames>>,
 }
 
 /// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
@@ -190,6 +194,7 @@ impl Reuse {
             (None, Some(_)) => false,
         };
         time_holds
+            && self.external_names == inputs.external_names
             && self
                 .previous_read
                 .iter()
@@ -420,7 +425,7 @@ impl<'a> Translator<'a> {
             );
             return;
         };
-        match backends::resolve_port(service, &port, &self.config.exposure) {
+        match self.resolve_port(service, &port) {
             Ok(resolved) => {
                 let name = self.register_backend(key, resolved, None);
                 self.default_backend = Some((name, format!("--default-backend-service {key}")));
@@ -517,7 +522,7 @@ impl<'a> Translator<'a> {
             return None;
         };
         let port = svc.port.clone().unwrap_or_default();
-        match backends::resolve_port(service, &port, &self.config.exposure) {
+        match self.resolve_port(service, &port) {
             Ok(resolved) => Some((key, resolved, service)),
             Err(e) => {
                 self.diags.object(
@@ -616,6 +621,7 @@ impl<'a> Translator<'a> {
             static_files: BTreeMap::new(),
             reuse: Reuse {
                 knew_time: inputs.now_unix.is_some(),
+                external_names: inputs.external_names.clone(),
                 ..Reuse::default()
             },
             prior,
@@ -1570,7 +1576,7 @@ impl<'a> Translator<'a> {
 /// ExternalName) spread over `slots_block`-sized blocks of slots.
 pub fn servers(store: &Store, service: &Key, port: &ResolvedPort, slots_block: u32) -> ServerSlots {
     let endpoints = match &port.external {
-        Some((dns_name, port)) => vec![(dns_name.clone(), *port)],
+        Some(external) => backends::external_endpoints(external),
         None => backends::endpoints(store, service, port),
     };
     let count = slots::slot_count(endpoints.len(), slots_block);

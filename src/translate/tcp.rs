@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::ServiceBackendPort;
 
-use super::{Translator, backends};
+use super::Translator;
 use crate::diagnostics::Severity;
 use crate::model::{TcpBind, TcpService};
 use crate::objects::{Key, Kind, ObjectRef, Tcp};
@@ -172,7 +172,7 @@ impl Translator<'_> {
             name: None,
             number: Some(i32::from(entry.service.port)),
         };
-        match backends::resolve_port(service, &port, &self.config.exposure) {
+        match self.resolve_port(service, &port) {
             Ok(resolved) => Some(self.register_tcp_backend(&svc_key, resolved)),
             Err(e) => {
                 self.diags.object(
