@@ -233,7 +233,7 @@ fn allowed_external_names_of_this_host_are_refused() {
             no_admin_content_through(&h, "resolved.example.com");
         }
         None => {
-            eprintln!("no /etc/hosts name on loopback here: the resolved-name vector is not run")
+            eprintln!("no /etc/hosts name on loopback here: the resolved-name vector is not run");
         }
     }
     let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();

@@ -539,10 +539,7 @@ mod tests {
                 .unwrap()]),
             ..EndpointRule::default()
         };
-        assert_eq!(
-            with(admin.clone()),
-            ["10.0.0.1", "10.0.0.9", "169.254.169.254"]
-        );
+        assert_eq!(with(admin), ["10.0.0.1", "10.0.0.9", "169.254.169.254"]);
         let cluster = Exposure::default()
             .with_listeners([])
             .in_cluster(Some("10.0.0.9".parse().unwrap()))
