@@ -149,15 +149,41 @@ fn survives(h: &mut Harness, round: &str, diagnostic: &[&str]) {
 }
 
 /// A Service of `evil` pointing at `external_name` on the admin port, and an Ingress routing
-/// `evil.example.com` to it.
-fn external_name_to(h: &Harness, service: &str, external_name: &str) -> String {
+/// `<service>.example.com/debug` to it and the rest of that host to an `evil` pod of its own
+/// (`<service>-pod`), which a refused path must not fall through to.
+fn external_name_to(h: &mut Harness, service: &str, external_name: &str) -> String {
+    let pod = format!("{service}-pod");
+    let host = format!("{service}.example.com");
+    let pod_backend = h.backend("evil", &pod);
     format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: {service}\n  namespace: evil\n\
          spec:\n  type: ExternalName\n  externalName: {external_name:?}\n  \
-         ports:\n    - {{name: http, port: 80, targetPort: {}}}\n---\n{}",
+         ports:\n    - {{name: http, port: 80, targetPort: {}}}\n---\n{}---\n{}",
         h.admin_port,
-        ingress_to("evil", service, &format!("{service}.example.com"), service)
+        pod_backend,
+        ingress(
+            "evil",
+            service,
+            &[
+                route(Some(&host), "/", "Prefix", &pod),
+                route(Some(&host), "/debug", "Prefix", service),
+                route(Some(&host), "/metrics", "Prefix", service),
+            ],
+            None,
+            &[],
+        )
     )
+}
+
+/// The refused ExternalName's paths answer 503: not the admin endpoint, not the host's
+/// other backend.
+fn refused_paths_answer_503(h: &Harness, service: &str) {
+    let host = format!("{service}.example.com");
+    for path in ["/debug/config", "/metrics"] {
+        let answer = h.get(&host, path);
+        assert_eq!(answer.status, 503, "http://{host}{path}: {}", answer.body);
+    }
+    assert_eq!(h.who(&host, "/"), format!("{service}-pod"));
 }
 
 #[test]
@@ -167,17 +193,19 @@ fn external_name_services_are_off_by_default() {
     h.start(&[]);
     assert_eq!(h.who("victim.example.com", "/"), "victim");
 
-    h.write("evil.yaml", &external_name_to(&h, "ext", "localhost"));
+    let evil = external_name_to(&mut h, "ext", "localhost");
+    h.write("evil.yaml", &evil);
     survives(
         &mut h,
         "off",
         &[
             "Service evil/ext",
-            "spec.type is ExternalName",
-            "Ingress evil/ext",
+            "spec.type",
+            "--allow-external-name-services",
         ],
     );
     no_admin_content_through(&h, "ext.example.com");
+    refused_paths_answer_503(&h, "ext");
     assert!(
         !std::fs::read_to_string(h.config_dir().join("haproxy.cfg"))
             .unwrap()
@@ -193,34 +221,37 @@ fn allowed_external_names_of_this_host_are_refused() {
     h.start(&["--allow-external-name-services"]);
     assert_eq!(h.who("victim.example.com", "/"), "victim");
 
-    for (round, (service, name)) in [
-        ("to-localhost", "localhost"),
-        ("to-loopback", "127.0.0.1"),
-        ("to-short-loopback", "127.1"),
-        ("to-admin-localhost", "admin.localhost"),
+    // (Service, externalName, whether its paths answer 503: a name that is not a DNS name at
+    // all leaves the path unrouted instead.)
+    for (round, (service, name, answers_503)) in [
+        ("to-localhost", "localhost", true),
+        ("to-loopback", "127.0.0.1", false),
+        ("to-short-loopback", "127.1", false),
+        ("to-hex-loopback", "0x7f000001", true),
+        ("to-admin-localhost", "admin.localhost", true),
+        ("to-metadata", "metadata.google.internal", true),
     ]
     .into_iter()
     .enumerate()
     {
-        h.write(
-            &format!("evil-{service}.yaml"),
-            &external_name_to(&h, service, name),
-        );
+        let evil = external_name_to(&mut h, service, name);
+        h.write(&format!("evil-{service}.yaml"), &evil);
         survives(
             &mut h,
             &round.to_string(),
             &[&format!("Service evil/{service}"), "spec.externalName"],
         );
         no_admin_content_through(&h, &format!("{service}.example.com"));
+        if answers_503 {
+            refused_paths_answer_503(&h, service);
+        }
     }
     // A name that passes every check on sight and resolves to loopback: refused by its
     // answer, which the controller looks up itself.
     match hosts_name_on_loopback() {
         Some(name) => {
-            h.write(
-                "evil-resolved.yaml",
-                &external_name_to(&h, "resolved", &name),
-            );
+            let evil = external_name_to(&mut h, "resolved", &name);
+            h.write("evil-resolved.yaml", &evil);
             survives(
                 &mut h,
                 "resolved",
@@ -231,6 +262,7 @@ fn allowed_external_names_of_this_host_are_refused() {
                 ],
             );
             no_admin_content_through(&h, "resolved.example.com");
+            refused_paths_answer_503(&h, "resolved");
         }
         None => {
             eprintln!("no /etc/hosts name on loopback here: the resolved-name vector is not run");

@@ -43,9 +43,10 @@ pub struct External {
     pub addresses: Option<Arc<[IpAddr]>>,
 }
 
-/// Finds the Service port `port` refers to (by name or by number). An ExternalName Service
-/// is refused unless `exposure` allows them, and so is an external name of this host or one
-/// that `names` (the resolver's answers, when the run has them) resolves to a local address.
+/// Finds the Service port `port` refers to (by name or by number). For an ExternalName
+/// Service, the server is its name, or the addresses `names` (the resolver's answers, when
+/// the run has them) gives it; whether it may be routed to at all is [`external_refusal`]'s
+/// question.
 pub fn resolve_port(
     service: &Service,
     port: &ServiceBackendPort,
@@ -60,21 +61,10 @@ pub fn resolve_port(
         (_, Some(number)) => ports.iter().find(|p| p.port == number),
         _ => return Err("the backend names no port".to_string()),
     };
-    let is_external = service.type_.as_deref() == Some("ExternalName");
-    if is_external && !exposure.allow_external_name_services {
-        return Err(
-            "spec.type is ExternalName, which is not routed to unless the operator sets --allow-external-name-services"
-                .to_string(),
-        );
-    }
-    let external = is_external.then(|| service.external_name.clone()).flatten();
+    let external = (service.type_.as_deref() == Some("ExternalName"))
+        .then(|| service.external_name.clone())
+        .flatten();
     if let Some(dns_name) = external {
-        if let Some(why) = super::exposure::external_name_refusal(&dns_name) {
-            return Err(format!(
-                "spec.externalName {} is refused: {why}",
-                super::exposure::brief(&dns_name)
-            ));
-        }
         let dns_name = crate::values::parse_host(&dns_name)
             .ok()
             .filter(|h| !h.starts_with('*'))
@@ -94,10 +84,11 @@ pub fn resolve_port(
                 (n, n)
             }
         };
-        let addresses = match names {
-            None => None,
-            Some(names) => Some(resolved_addresses(&dns_name, names)?),
-        };
+        // A name that did not resolve has no address: its backend answers 503 until it does.
+        let addresses = names.map(|names| match names.0.get(&dns_name) {
+            Some(Ok(addresses)) => Arc::from(addresses.as_slice()),
+            _ => Arc::from([]),
+        });
         return Ok(ResolvedPort {
             number: to_port(number)?,
             name: String::new(),
@@ -121,23 +112,44 @@ pub fn resolve_port(
     })
 }
 
-/// The addresses the resolver gave `name`; refused when any is local (an attacker who
-/// controls a name's answers chooses them all). A name that did not resolve has none: its
-/// backend answers 503 until it does.
-fn resolved_addresses(name: &str, names: &ResolvedNames) -> Result<Arc<[IpAddr]>, String> {
-    let Some(Ok(addresses)) = names.0.get(name) else {
-        return Ok(Arc::from([]));
-    };
-    if let Some(why) = addresses
-        .iter()
-        .find_map(|a| super::exposure::address_refusal(*a))
-    {
-        return Err(format!(
-            "spec.externalName {} is refused: {why}",
-            super::exposure::brief(name)
+/// Why an ExternalName Service may not be routed to, with the field at fault, or `None`
+/// when it may: ExternalName Services are off unless `exposure` allows them; a name of this
+/// host or the cloud is refused on sight; and one any of whose addresses (in `names`, the
+/// resolver's answers) is local, since whoever controls a name's answers chooses them all.
+pub fn external_refusal(
+    service: &Service,
+    exposure: &Exposure,
+    names: Option<&ResolvedNames>,
+) -> Option<(&'static str, String)> {
+    if service.type_.as_deref() != Some("ExternalName") {
+        return None;
+    }
+    if !exposure.allow_external_name_services {
+        return Some((
+            "spec.type",
+            "ExternalName Services are not routed to unless the operator sets --allow-external-name-services"
+                .to_string(),
         ));
     }
-    Ok(Arc::from(addresses.as_slice()))
+    let name = service.external_name.as_deref()?;
+    let refused = |why: String| {
+        Some((
+            "spec.externalName",
+            format!("{} is refused: {why}", super::exposure::brief(name)),
+        ))
+    };
+    if let Some(why) = super::exposure::external_name_refusal(name) {
+        return refused(why);
+    }
+    if let Some(Ok(addresses)) = names.and_then(|n| n.0.get(name)) {
+        if let Some(why) = addresses
+            .iter()
+            .find_map(|a| super::exposure::address_refusal(*a))
+        {
+            return refused(why);
+        }
+    }
+    None
 }
 
 /// The servers of an ExternalName backend: its addresses when resolved at the edge (sorted,
@@ -249,18 +261,40 @@ pub fn reports_endpoints(
 }
 
 impl Translator<'_> {
-    /// [`resolve_port`] with this run's flags and resolver answers.
+    /// [`resolve_port`] with this run's flags and resolver answers. An ExternalName Service
+    /// that [`external_refusal`] refuses is an error on the Service, naming the field, and a
+    /// backend without servers: its paths answer 503 rather than fall through to another
+    /// route's backend.
     pub(super) fn resolve_port(
-        &self,
+        &mut self,
         service: &Service,
         port: &ServiceBackendPort,
     ) -> Result<ResolvedPort, String> {
-        resolve_port(
-            service,
-            port,
-            &self.config.exposure,
-            self.inputs.external_names.as_deref(),
-        )
+        let names = self.inputs.external_names.as_deref();
+        let exposure = &self.config.exposure;
+        let resolved = resolve_port(service, port, exposure, names);
+        let Some((field, why)) = external_refusal(service, exposure, names) else {
+            return resolved;
+        };
+        let mut resolved = resolved.map_err(|_| format!("{field}: {why}"))?;
+        let key = Key::new(
+            service.metadata.namespace.clone().unwrap_or_default(),
+            service.metadata.name.clone().unwrap_or_default(),
+        );
+        self.diags.object(
+            Severity::Error,
+            &ObjectRef::new(Kind::Service, &key),
+            field,
+            format!("{why}; its paths answer 503"),
+        );
+        // No server, whatever the Service's endpoints or the name's answers.
+        let name = resolved.external.take().map(|e| e.name).unwrap_or_default();
+        resolved.external = Some(External {
+            name,
+            port: resolved.number,
+            addresses: Some(Arc::from([])),
+        });
+        Ok(resolved)
     }
 
     /// An error on each EndpointSlice endpoint the run's [`EndpointRule`] refuses, naming
@@ -410,16 +444,17 @@ mod tests {
     #[test]
     fn external_name_services_are_off_unless_allowed() {
         let off = Exposure::default();
-        let err =
-            resolve_port(&external("db.example.com"), &by_number(80), &off, None).unwrap_err();
-        assert!(
-            err.contains("spec.type") && err.contains("--allow-external-name-services"),
-            "{err}"
-        );
+        let (field, why) = external_refusal(&external("db.example.com"), &off, None).unwrap();
+        assert_eq!(field, "spec.type");
+        assert!(why.contains("--allow-external-name-services"), "{why}");
         let on = Exposure {
             allow_external_name_services: true,
             ..Exposure::default()
         };
+        assert_eq!(
+            external_refusal(&external("db.example.com"), &on, None),
+            None
+        );
         let ok = resolve_port(&external("db.example.com"), &by_number(80), &on, None).unwrap();
         assert_eq!(
             ok.external,
@@ -432,10 +467,15 @@ mod tests {
         for name in [
             "localhost",
             "x.localhost",
-            "127.0.0.1",
-            "127.1",
+            "0x7f000001",
+            "::1",
             "metadata.google.internal",
         ] {
+            let (field, _) = external_refusal(&external(name), &on, None).unwrap();
+            assert_eq!(field, "spec.externalName", "{name}");
+        }
+        // Not a DNS name at all: no route.
+        for name in ["127.0.0.1", "127.1", "192.0.2.10"] {
             let err = resolve_port(&external(name), &by_number(80), &on, None).unwrap_err();
             assert!(err.starts_with("spec.externalName"), "{name}: {err}");
         }
@@ -445,6 +485,7 @@ mod tests {
             "spec": {"ports": [{"name": "http", "port": 80}]}
         }))
         .unwrap();
+        assert_eq!(external_refusal(&plain, &off, None), None);
         assert!(resolve_port(&plain, &by_number(80), &off, None).is_ok());
     }
 
@@ -480,27 +521,31 @@ mod tests {
             .map(|(n, a)| (n.to_string(), a))
             .collect(),
         );
-        let resolve = |name: &str| resolve_port(&external(name), &by_number(80), &on, Some(&names));
-        let db = resolve("db.example.com").unwrap().external.unwrap();
+        let resolve = |name: &str| {
+            resolve_port(&external(name), &by_number(80), &on, Some(&names))
+                .unwrap()
+                .external
+                .unwrap()
+        };
         assert_eq!(
-            external_endpoints(&db),
+            external_endpoints(&resolve("db.example.com")),
             [
                 ("192.0.2.7".to_string(), 6060),
                 ("192.0.2.8".to_string(), 6060)
             ]
         );
+        assert_eq!(
+            external_refusal(&external("db.example.com"), &on, Some(&names)),
+            None
+        );
         for refused in ["rebind.example.com", "meta.example.com"] {
-            let err = resolve(refused).unwrap_err();
-            assert!(
-                err.contains("spec.externalName") && err.contains("resolves to"),
-                "{err}"
-            );
+            let (field, why) = external_refusal(&external(refused), &on, Some(&names)).unwrap();
+            assert_eq!(field, "spec.externalName");
+            assert!(why.contains("resolves to"), "{why}");
         }
         // Not resolved (yet): no server, so the path answers 503 rather than go elsewhere.
-        let gone = resolve("gone.example.com").unwrap().external.unwrap();
-        assert!(external_endpoints(&gone).is_empty());
-        let unknown = resolve("unknown.example.com").unwrap().external.unwrap();
-        assert!(external_endpoints(&unknown).is_empty());
+        assert!(external_endpoints(&resolve("gone.example.com")).is_empty());
+        assert!(external_endpoints(&resolve("unknown.example.com")).is_empty());
         // Without answers (render, check) the name is the server.
         let named = resolve_port(&external("db.example.com"), &by_number(80), &on, None).unwrap();
         assert_eq!(
