@@ -282,6 +282,12 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     tracing::info!(addr = %config.admin_addr, surface = ?admin_surface, "admin endpoint listening");
     let debug_task = debug_listener.map(|(listener, surface)| {
         tracing::info!(addr = ?config.debug_addr, "debug endpoint listening");
+        if config
+            .debug_addr
+            .is_some_and(|a| !a.ip().to_canonical().is_loopback())
+        {
+            tracing::warn!(addr = ?config.debug_addr, "the debug pages are served off loopback, without authentication");
+        }
         tokio::spawn(admin::serve(
             listener,
             status.clone(),
