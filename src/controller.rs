@@ -147,6 +147,9 @@ struct StatusInner {
     site_error: Option<String>,
     last_outcome: Option<String>,
     diagnostics: usize,
+    /// Manifest files and documents that do not parse (their last good objects stay in
+    /// force), as diagnostic lines; the first few.
+    source_errors: Vec<String>,
     /// The configuration last applied, for `/debug/config` and `/debug/model`: shown (redacted,
     /// serialized) on request, since at 10 000 Ingresses that is tens of megabytes of text.
     applied: Option<(crate::model::Model, crate::render::RenderedConfig)>,
@@ -180,6 +183,7 @@ impl AdminState for Status {
             "site_error": inner.site_error,
             "last_outcome": inner.last_outcome,
             "diagnostics": inner.diagnostics,
+            "source_errors": inner.source_errors,
             "cluster": inner.cluster,
         });
         if inner.ready {
@@ -586,6 +590,8 @@ async fn apply_output(
     }
     report_diagnostics(&output.diagnostics, metrics);
     let diagnostics = output.diagnostics.len();
+    let source_errors = crate::source::source_errors(&output.diagnostics);
+    status.update(|s| s.source_errors = source_errors);
     metrics
         .apply_duration
         .observe(&[], started.elapsed().as_secs_f64());
