@@ -695,17 +695,27 @@ fn yaml_documents(text: &str) -> Vec<(usize, &str)> {
 }
 
 /// A YAML error in a document that starts at `first_line` of its file, with the file's line
-/// numbers.
+/// numbers: every `line N` of the message (the error's, and the construct it was parsing) is
+/// moved by `first_line`.
 fn yaml_error(e: &serde_yaml::Error, first_line: usize) -> String {
     let message = e.to_string();
-    match e.location() {
-        Some(at) if first_line > 0 => message.replacen(
-            &format!("at line {} column {}", at.line(), at.column()),
-            &format!("at line {} column {}", at.line() + first_line, at.column()),
-            1,
-        ),
-        _ => message,
+    if first_line == 0 {
+        return message;
     }
+    let mut out = String::with_capacity(message.len() + 8);
+    let mut rest = message.as_str();
+    while let Some(at) = rest.find("line ") {
+        let (before, after) = rest.split_at(at + "line ".len());
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + first_line).to_string()),
+            Err(_) => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn yaml_to_json(v: serde_yaml::Value) -> Result<serde_json::Value, String> {
