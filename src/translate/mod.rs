@@ -1286,6 +1286,12 @@ impl<'a> Translator<'a> {
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
+        // A `client-ca` that is not even a Secret reference refuses like an unusable Secret
+        // (the global hook reported it on the ConfigMap).
+        let client_ca_invalid = global_tls.client_ca_invalid.then(|| crate::model::ClientAuth {
+            ca_file: None,
+            verify: "required".to_string(),
+        });
         let client_auth = global_tls.client_ca.as_deref().map(|reference| {
             let verify = if global_tls.client_crt_optional {
                 "optional"
@@ -1317,6 +1323,7 @@ impl<'a> Translator<'a> {
                 }
             }
         });
+        let client_auth = client_auth.or(client_ca_invalid);
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
             tcp_backends.push(Arc::new(self.backend(name, build)));
