@@ -203,7 +203,11 @@ fn settings_that_guard_access_fail_closed() {
         "plain.yaml",
         &format!(
             "{}---\n{}---\n{}",
-            support::service("victim", "plain", &[("haproxy.org/server-ssl", "yes please")]),
+            support::service(
+                "victim",
+                "plain",
+                &[("haproxy.org/server-ssl", "yes please")]
+            ),
             support::endpoint_slices("victim", "plain", &[("0", plain, true)]),
             site("victim", "plain", "plain", &[])
         ),

@@ -1083,7 +1083,10 @@ mod tests {
             BTreeMap::new(),
         );
         let name = || Dynamic::from("allow-list");
-        assert!(!ctx.get_cidrs(name()).is_unit(), "the plain view falls through");
+        assert!(
+            !ctx.get_cidrs(name()).is_unit(),
+            "the plain view falls through"
+        );
         let plain = ctx.take_diagnostics();
         assert!(plain[0].message.ends_with("; setting ignored"), "{plain:?}");
         let mut closed = ctx.fail_closed("everyone gets 403");
@@ -1096,7 +1099,10 @@ mod tests {
             found[0].field.as_deref(),
             Some("annotation haproxy.org/allow-list")
         );
-        assert!(found[0].message.ends_with("; everyone gets 403"), "{found:?}");
+        assert!(
+            found[0].message.ends_with("; everyone gets 403"),
+            "{found:?}"
+        );
         // A good first value is taken as usual.
         let mut only_config = ctx.without("Ingress").fail_closed("everyone gets 403");
         assert!(!only_config.get_cidrs(name()).is_unit());
@@ -1105,7 +1111,10 @@ mod tests {
             ObjectRef::new(Kind::Ingress, &Key::new("ns", "web")),
             Arc::new(BTreeMap::from([
                 ("portcullis.io/allow-list".to_string(), "banana".to_string()),
-                ("haproxy.org/whitelist".to_string(), "10.0.0.0/8".to_string()),
+                (
+                    "haproxy.org/whitelist".to_string(),
+                    "10.0.0.0/8".to_string(),
+                ),
             ])),
         );
         let mut ctx = HookContext::new(ingress.object.clone(), vec![ingress], BTreeMap::new())

@@ -669,7 +669,10 @@ mod tests {
         let mut out = RouteOutcome::default();
         assert!(apply_route(&map, &mut out).is_empty());
         let denied = out.settings.deny_all.clone().unwrap();
-        assert_eq!((denied.status, denied.because), (403, vec!["allow-list".to_string()]));
+        assert_eq!(
+            (denied.status, denied.because),
+            (403, vec!["allow-list".to_string()])
+        );
         assert!(!out.settings.is_empty(), "a denied route has a policy");
         for bad in [
             deny(200, vec!["allow-list".into()]),
@@ -689,7 +692,10 @@ mod tests {
             map.insert("server_tls_unusable".into(), unusable.into());
             assert!(apply_backend(&map, &mut backend).is_empty());
         }
-        assert!(backend.server_tls_unusable, "a later false does not switch it off");
+        assert!(
+            backend.server_tls_unusable,
+            "a later false does not switch it off"
+        );
 
         let mut global = GlobalSettings::default();
         let mut map = Map::new();

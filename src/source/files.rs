@@ -44,11 +44,14 @@ pub fn check_dir(dir: &Path) -> Result<(), FilesError> {
     collect_files(dir, &mut Vec::new())
 }
 
+/// One document's outcome: (document index, object or why not).
+type Document = (usize, Result<(Kind, Key, Object), String>);
+
 /// What one file yields: each document's outcome, and what it keeps of its last read.
 #[derive(Debug, Default)]
 struct Parsed {
     /// (document index, object or why not), in file order.
-    documents: Vec<(usize, Result<(Kind, Key, Object), String>)>,
+    documents: Vec<Document>,
     /// While some document does not parse: the objects the file produced when it was last
     /// read that its documents no longer define, with their document index then. A file with a
     /// broken document can still add and change objects, but removes none until it parses
@@ -345,9 +348,9 @@ fn read_files(dir: &Path, cache: &ParseCache) -> Result<(Vec<ReadFile>, Diagnost
         let fingerprint = crate::fingerprint::of_bytes(text.as_bytes());
         let parsed = match cached.get(&file) {
             Some(entry) if entry.fingerprint == fingerprint => entry.parsed.clone(),
-            previous => Arc::new(
-                parse_file(&file, &text).keeping_last_good(previous.map(|e| &*e.parsed)),
-            ),
+            previous => {
+                Arc::new(parse_file(&file, &text).keeping_last_good(previous.map(|e| &*e.parsed)))
+            }
         };
         let stamp = metadata
             .as_ref()
@@ -988,7 +991,10 @@ mod tests {
             .map(ToString::to_string)
             .collect();
         assert_eq!(diags.len(), 1, "{diags:?}");
-        assert!(diags[0].starts_with("error: a.yaml (document 2): "), "{diags:?}");
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 2): "),
+            "{diags:?}"
+        );
         // The error is on the file's line 6 or 7 (the flow sequence left open), not the
         // document's.
         assert!(
@@ -1023,7 +1029,11 @@ mod tests {
                     Some((name.to_string(), i64::from(service.ports[0].port)))
                 })
                 .collect();
-            let diags = diags.into_sorted().iter().map(ToString::to_string).collect();
+            let diags = diags
+                .into_sorted()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
             (held, diags)
         };
         let held = |list: &[(&str, i64)]| -> Vec<(String, i64)> {
@@ -1037,7 +1047,10 @@ mod tests {
         let (objects, diags) = sync(doc("a", 2) + "kind: Service\nmetadata: {name: [b\n---\n");
         assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
         assert_eq!(diags.len(), 2, "{diags:?}");
-        assert!(diags[0].starts_with("error: a.yaml (document 2): "), "{diags:?}");
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 2): "),
+            "{diags:?}"
+        );
         assert!(
             diags[1].starts_with("error: a.yaml: a document does not parse")
                 && diags[1].contains("Service ns/b")
@@ -1048,10 +1061,14 @@ mod tests {
         // keeps its object too.
         let (objects, _) = sync(": [\n".to_string());
         assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
-        let (objects, diags) =
-            sync("apiVersion: v1\nkind: Service\nmetadata: {name: 'Bad Name', namespace: ns}\n".into());
+        let (objects, diags) = sync(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: 'Bad Name', namespace: ns}\n".into(),
+        );
         assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
-        assert!(diags[0].starts_with("error: a.yaml (document 1)"), "{diags:?}");
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 1)"),
+            "{diags:?}"
+        );
         // Parsing again, the file stands for what it holds.
         let (objects, diags) = sync(doc("b", 3));
         assert_eq!(objects, held(&[("b", 3)]));

@@ -1288,10 +1288,12 @@ impl<'a> Translator<'a> {
         }
         // A `client-ca` that is not even a Secret reference refuses like an unusable Secret
         // (the global hook reported it on the ConfigMap).
-        let client_ca_invalid = global_tls.client_ca_invalid.then(|| crate::model::ClientAuth {
-            ca_file: None,
-            verify: "required".to_string(),
-        });
+        let client_ca_invalid = global_tls
+            .client_ca_invalid
+            .then(|| crate::model::ClientAuth {
+                ca_file: None,
+                verify: "required".to_string(),
+            });
         let client_auth = global_tls.client_ca.as_deref().map(|reference| {
             let verify = if global_tls.client_crt_optional {
                 "optional"
