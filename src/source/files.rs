@@ -684,7 +684,7 @@ fn yaml_documents(text: &str) -> Vec<(usize, &str)> {
         } else if marker(body, "...") {
             pieces.push((start_line, &text[start..offset]));
             (start, start_line, only_preamble) = (offset, number + 1, true);
-        } else {
+        } else if only_preamble {
             let trimmed = body.trim();
             if !(trimmed.is_empty() || trimmed.starts_with('#') || body.starts_with('%')) {
                 only_preamble = false;
