@@ -55,7 +55,9 @@ struct Parsed {
     /// While some document does not parse: the objects the file produced when it was last
     /// read that its documents no longer define, with their document index then. A file with a
     /// broken document can still add and change objects, but removes none until it parses
-    /// whole again (or is removed).
+    /// whole again (or is removed). Kept by kind and key, not by document index: an edit that
+    /// adds or removes a document moves the indexes, and a broken document's key is unknown,
+    /// while a key is never kept beside a document that defines it now.
     kept: Vec<(usize, Kind, Key, Object)>,
 }
 
