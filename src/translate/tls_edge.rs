@@ -1,13 +1,14 @@
-//! TLS at the edge beyond offload certificates: `ssl-passthrough` routes (TLS server name →
-//! TCP backend), the CA that verifies client certificates (`client-ca`), and verified TLS to
-//! the pods (`server-ca`, `server-crt`).
+//! TLS at the edge beyond offload certificates: which hosts an Ingress' TLS entries apply to
+//! (only those it routes), `ssl-passthrough` routes (TLS server name → TCP backend), the CA
+//! that verifies client certificates (`client-ca`), and verified TLS to the pods
+//! (`server-ca`, `server-crt`).
 //!
 //! Scripts only name Secrets; the Secrets are read here. File names come from the Secret's
 //! namespace and name (validated DNS names), never from other user strings:
 //! `certs/ca/<namespace>_<name>.pem` for CA bundles, `certs/client/<namespace>_<name>.pem`
 //! for client certificates to the pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{BackendSettings, MapEntry, PemFile};
@@ -17,6 +18,111 @@ use crate::objects::{Key, ObjectRef};
 use crate::store::Store;
 
 use super::tls;
+
+/// The hosts one Ingress routes (its rules that made a route or an ssl-passthrough claim):
+/// the only hosts its `spec.tls` may speak for.
+#[derive(Debug, Default)]
+pub struct RoutedHosts(BTreeSet<String>);
+
+impl RoutedHosts {
+    /// Notes a rule's host (the empty host of rules without one covers no TLS host).
+    pub fn insert(&mut self, host: &str) {
+        if !host.is_empty() && !self.0.contains(host) {
+            self.0.insert(host.to_string());
+        }
+    }
+
+    /// Whether TLS host `host` is routed here: by a rule for that very name, or, for a name
+    /// that is not a wildcard, by the wildcard rule of its first label (`a.example.com` by
+    /// `*.example.com`; a wildcard covers exactly one label, as in routing).
+    pub fn covers(&self, host: &str) -> bool {
+        self.0.contains(host)
+            || (!host.starts_with("*.")
+                && host
+                    .split_once('.')
+                    .is_some_and(|(_, rest)| self.0.contains(&format!("*.{rest}"))))
+    }
+
+    /// Every routed host, sorted.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+}
+
+/// The hosts TLS entry `spec.tls[index]` of `ingress` speaks for: its valid `hosts` that the
+/// Ingress routes (see [`RoutedHosts::covers`]) and that do not belong to another namespace
+/// (`foreign`, under `--host-ownership=namespace`); an entry without hosts speaks for every
+/// host the Ingress routes, but those. Sorted, without repeats. Every host left out is
+/// reported on its field; an empty result means the entry has no effect at all (not even its
+/// certificate is loaded: a crt-list line without names would serve it for whatever names it
+/// holds).
+pub fn entry_hosts<'o>(
+    listed: Option<&[String]>,
+    index: usize,
+    routed: &RoutedHosts,
+    foreign: impl Fn(&str) -> Option<&'o str>,
+    ingress: &ObjectRef,
+    diags: &mut Diagnostics,
+) -> Vec<String> {
+    let field = format!("spec.tls[{index}]");
+    let mut hosts = Vec::new();
+    let Some(listed) = listed.filter(|l| !l.is_empty()) else {
+        hosts.extend(
+            routed
+                .hosts()
+                .filter(|h| foreign(h).is_none())
+                .map(str::to_string),
+        );
+        if hosts.is_empty() {
+            diags.object(
+                Severity::Warning,
+                ingress,
+                format!("{field}.hosts"),
+                "no hosts, and the Ingress routes no host name of its own; entry ignored",
+            );
+        }
+        return hosts;
+    };
+    for (j, raw) in listed.iter().enumerate() {
+        let field = format!("{field}.hosts[{j}]");
+        let host = match crate::values::parse_host(raw) {
+            Ok(host) => host,
+            Err(e) => {
+                diags.object(
+                    Severity::Error,
+                    ingress,
+                    field,
+                    format!("{e}; host skipped"),
+                );
+                continue;
+            }
+        };
+        if let Some(owner) = foreign(&host) {
+            diags.object(
+                Severity::Error,
+                ingress,
+                field,
+                format!(
+                    "host {host} belongs to namespace {owner} (--host-ownership=namespace); ignored"
+                ),
+            );
+        } else if !routed.covers(&host) {
+            diags.object(
+                Severity::Warning,
+                ingress,
+                field,
+                format!(
+                    "host {host} is not routed by this Ingress (no rule for it); a TLS entry speaks only for the Ingress' own hosts; ignored"
+                ),
+            );
+        } else {
+            hosts.push(host);
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
 
 /// A host an Ingress path asks to pass through to a TCP backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
