@@ -258,6 +258,103 @@ pub fn resolve_server_tls(
 mod tests {
     use super::*;
 
+    fn routed(hosts: &[&str]) -> RoutedHosts {
+        let mut routed = RoutedHosts::default();
+        for h in hosts {
+            routed.insert(h);
+        }
+        routed
+    }
+
+    /// The hosts of an entry and the fields reported, with `owners` (host, namespace) as
+    /// the foreign owners.
+    fn entry(
+        listed: Option<&[&str]>,
+        routed: &RoutedHosts,
+        owners: &[(&str, &str)],
+    ) -> (Vec<String>, Vec<String>) {
+        let listed: Option<Vec<String>> = listed.map(|l| l.iter().map(|h| h.to_string()).collect());
+        let ingress = ObjectRef::new(Kind::Ingress, &Key::new("evil", "claim"));
+        let mut diags = Diagnostics::new();
+        let foreign = |host: &str| owners.iter().find(|(h, _)| *h == host).map(|(_, ns)| *ns);
+        let hosts = entry_hosts(listed.as_deref(), 2, routed, foreign, &ingress, &mut diags);
+        let fields = diags
+            .into_sorted()
+            .into_iter()
+            .map(|d| format!("{:?} {}", d.severity, d.field.unwrap_or_default()))
+            .collect();
+        (hosts, fields)
+    }
+
+    #[test]
+    fn wildcard_rules_cover_exactly_one_label() {
+        let r = routed(&["a.example.com", "*.apps.example.com", ""]);
+        assert!(r.covers("a.example.com"));
+        assert!(r.covers("x.apps.example.com"));
+        assert!(r.covers("*.apps.example.com"));
+        assert!(!r.covers("x.y.apps.example.com"));
+        assert!(!r.covers("apps.example.com"));
+        // A name rule does not cover the wildcard, nor a rule without host any name.
+        assert!(!r.covers("*.example.com"));
+        assert!(!r.covers("b.example.com"));
+        assert_eq!(
+            r.hosts().collect::<Vec<_>>(),
+            ["*.apps.example.com", "a.example.com"]
+        );
+    }
+
+    #[test]
+    fn tls_hosts_the_ingress_does_not_route_are_reported_and_dropped() {
+        let r = routed(&["evil.example", "*.apps.evil.example"]);
+        let (hosts, fields) = entry(
+            Some(&[
+                "victim.example",
+                "evil.example",
+                "x.apps.evil.example",
+                "evil.example",
+                "Bad Host",
+            ]),
+            &r,
+            &[],
+        );
+        assert_eq!(hosts, ["evil.example", "x.apps.evil.example"]);
+        assert_eq!(
+            fields,
+            ["Warning spec.tls[2].hosts[0]", "Error spec.tls[2].hosts[4]"]
+        );
+        // Only hosts of others: the entry has no effect at all.
+        let (hosts, fields) = entry(Some(&["victim.example"]), &r, &[]);
+        assert!(hosts.is_empty());
+        assert_eq!(fields, ["Warning spec.tls[2].hosts[0]"]);
+    }
+
+    #[test]
+    fn an_entry_without_hosts_speaks_for_the_ingress_own_hosts() {
+        let r = routed(&["b.example", "a.example", "*.w.example"]);
+        for listed in [None, Some(&[][..])] {
+            let (hosts, fields) = entry(listed, &r, &[]);
+            assert_eq!(hosts, ["*.w.example", "a.example", "b.example"]);
+            assert!(fields.is_empty(), "{fields:?}");
+        }
+        // An Ingress with rules without a host alone: nothing to speak for.
+        let (hosts, fields) = entry(None, &routed(&[""]), &[]);
+        assert!(hosts.is_empty());
+        assert_eq!(fields, ["Warning spec.tls[2].hosts"]);
+    }
+
+    #[test]
+    fn hosts_of_another_namespace_are_refused_even_under_a_wildcard() {
+        // Under --host-ownership=namespace `a.w.example` belongs to victim: the wildcard
+        // rule of evil covers it, but its TLS entry may not speak for it.
+        let r = routed(&["*.w.example", "b.example"]);
+        let owners = [("a.w.example", "victim")];
+        let (hosts, fields) = entry(Some(&["a.w.example", "c.w.example"]), &r, &owners);
+        assert_eq!(hosts, ["c.w.example"]);
+        assert_eq!(fields, ["Error spec.tls[2].hosts[0]"]);
+        let (hosts, _) = entry(None, &routed(&["a.w.example", "b.example"]), &owners);
+        assert_eq!(hosts, ["b.example"]);
+    }
+
     #[test]
     fn the_oldest_claim_for_a_host_wins() {
         let claim = |host: &str, backend: &str, rank: usize| PassthroughClaim {
