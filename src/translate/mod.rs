@@ -722,19 +722,17 @@ impl<'a> Translator<'a> {
             .map(|part| {
                 if part.rank != rank {
                     // Its claims and registrations in the last run's order are at another
-                    // rank.
+                    // rank, and so are its HTTPS claims in the last run's (the part now at
+                    // its old rank may contribute something else).
                     self.prior_claims = None;
                     self.prior_registrations = None;
+                    self.tls_same = false;
                 }
                 part.at_rank(rank)
             });
         let (part, keep) = match taken {
             Some(part) => {
                 self.kept.ingresses_taken += 1;
-                if part.rank != rank {
-                    // Its claims carry the old rank.
-                    self.tls_same = false;
-                }
                 (part, true)
             }
             None => {
