@@ -845,6 +845,9 @@ pub struct FrontendRules {
     /// frontends split `txn.policy` off the route, as every policy rule reads it. The first
     /// policy changes a backend section too, so it costs no extra reload.
     pub route_policies: bool,
+    /// Some route leads to the built-in `portcullis_unavailable` backend (503: its Service or
+    /// Service port does not exist), which is rendered only then.
+    pub unavailable_routes: bool,
 }
 
 /// One capture slot of both frontends.
