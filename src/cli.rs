@@ -376,6 +376,16 @@ pub struct PipelineArgs {
     /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
     #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
     pub stats_bind_port: Option<u16>,
+    /// Who may route a host: `shared` (any Ingress of the class; the oldest wins a path) or
+    /// `namespace` (a host belongs to the namespace of its oldest Ingress; rules and TLS hosts
+    /// for it from other namespaces are refused).
+    #[arg(
+        long,
+        env = "PORTCULLIS_HOST_OWNERSHIP",
+        default_value = "shared",
+        value_parser = host_ownership
+    )]
+    pub host_ownership: crate::translate::class::HostOwnership,
 
     // What tenants' objects may point HAProxy at (docs/security.md).
     /// Route to ExternalName Services. Names of this host, IP literals, the cloud metadata
@@ -389,6 +399,11 @@ pub struct PipelineArgs {
     /// Let TCP objects bind ports below 1024.
     #[arg(long, env = "PORTCULLIS_ALLOW_PRIVILEGED_TCP_BINDS")]
     pub allow_privileged_tcp_binds: bool,
+}
+
+/// `--host-ownership`.
+fn host_ownership(v: &str) -> Result<crate::translate::class::HostOwnership, String> {
+    crate::translate::class::HostOwnership::parse(v)
 }
 
 impl PipelineArgs {
@@ -450,6 +465,7 @@ impl PipelineArgs {
             tcp_services_config_map: self.configmap_tcp_services.clone(),
             workers: crate::parallel::Workers::default(),
             exposure: self.exposure(),
+            host_ownership: self.host_ownership,
         }
     }
 }

@@ -171,8 +171,10 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
                  "backend": {"service": {"name": "web", "port": {"name": format!("http{payload}")}}}},
             ]}},
         ]);
-        let tls =
-            json!([{"hosts": [format!("t{i}{payload}")], "secretName": format!("s{payload}")}]);
+        // With the Ingress' own host besides the hostile one: an entry left with no host the
+        // Ingress routes is ignored whole, and the hostile Secret name would not be read.
+        let tls = json!([{"hosts": [format!("t{i}{payload}"), format!("{name}.example.com")],
+                          "secretName": format!("s{payload}")}]);
         for field in [
             "spec.rules[1].host",
             "spec.rules[2].http.paths[0].path",
