@@ -7,7 +7,9 @@
 
 use std::net::IpAddr;
 
+mod pcre;
 mod routing;
+pub use pcre::{RegexPlace, library_version as pcre2_version};
 pub use routing::{
     parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
     redirect_target_text, route_acl_text,
@@ -290,9 +292,16 @@ pub fn parse_path(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// A regular expression for HAProxy: printable ASCII without spaces, quotes or `#`, `$` only
-/// as an end anchor, and valid in the common regex syntax (checked with `regex-syntax`).
+/// A regular expression for `http-request replace-path`: [`parse_regex_at`] at
+/// [`RegexPlace::Replace`].
 pub fn parse_regex(v: &str) -> ParseResult<String> {
+    parse_regex_at(v, RegexPlace::Replace)
+}
+
+/// A regular expression for HAProxy, written at `place`: printable ASCII without spaces,
+/// quotes, `#` or `%`, `$` only as an end anchor, at most 1024 bytes, and compiled by PCRE2
+/// with the flags HAProxy uses there (see [`pcre`]).
+pub fn parse_regex_at(v: &str, place: RegexPlace) -> ParseResult<String> {
     if v.is_empty() || v.len() > 1024 {
         return Err(format!("{v:?} must be 1 to 1024 characters"));
     }
@@ -310,9 +319,7 @@ pub fn parse_regex(v: &str) -> ParseResult<String> {
             return Err(format!("{v:?}: '$' is only allowed as an end anchor"));
         }
     }
-    regex_syntax::Parser::new()
-        .parse(v)
-        .map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
+    pcre::compile(v, place).map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
     Ok(v.to_string())
 }
 
@@ -681,10 +688,13 @@ pub fn parse_cors_origin(v: &str) -> ParseResult<crate::model::CorsOrigin> {
         }
         return Ok(CorsOrigin::List(origins));
     }
-    let regex = parse_regex(t)?;
-    let hir = regex_syntax::Parser::new()
-        .parse(&regex)
-        .map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
+    // Matched by an ACL (`var(txn.cors_origin) -m reg`), case-sensitive.
+    let regex = parse_regex_at(t, RegexPlace::Acl { ignore_case: false })?;
+    // Whether every alternative is anchored is read with `regex-syntax`, which knows the
+    // structure of a pattern; one it cannot read is refused, so the check fails closed.
+    let hir = regex_syntax::Parser::new().parse(&regex).map_err(|e| {
+        format!("{v:?}: Portcullis cannot tell whether this regex is anchored ({e})")
+    })?;
     let props = hir.properties();
     if !(props.look_set_prefix().contains(Look::Start)
         && props.look_set_suffix().contains(Look::End))
@@ -781,6 +791,39 @@ mod tests {
         assert!(parse_regex("^/api/(.*").is_err());
         assert!(parse_regex("a$b").is_err());
         assert!(parse_replacement("/\\1").is_ok());
+    }
+
+    /// Regexes Rust's regex syntax accepts but HAProxy's PCRE2 refuses, in every place a
+    /// regex is written.
+    #[test]
+    fn regexes_pcre2_refuses_are_refused_everywhere() {
+        for bad in [
+            "(?u)^/x",
+            "^/a{65536}",
+            r"\u0041",
+            r"\U00000041",
+            r"^/\N{U+0041}",
+            r"^/(?<=a+)b",
+            r"^/\L",
+        ] {
+            let e = parse_regex(bad).unwrap_err();
+            assert!(e.contains("PCRE2"), "{bad:?}: {e}");
+            assert!(
+                parse_route_acl(&format!("path -m reg {bad}")).is_err(),
+                "route-acl {bad:?}"
+            );
+            assert!(
+                parse_route_acl(&format!("path -i -m reg {bad}")).is_err(),
+                "route-acl -i {bad:?}"
+            );
+            let anchored = format!("^https://{}$", bad.trim_start_matches('^'));
+            assert!(parse_cors_origin(&anchored).is_err(), "cors {anchored:?}");
+        }
+        // A numbered back reference exists in a rewrite, not in an ACL (no auto capture).
+        assert!(parse_regex(r"^/(a)\1$").is_ok());
+        assert!(parse_route_acl(r"path -m reg ^/(a)\1$").is_err());
+        assert!(parse_cors_origin(r"^https://(a)\1\.com$").is_err());
+        assert!(parse_route_acl(r"path -m reg ^/(?<x>a)\k<x>$").is_ok());
     }
 
     #[test]

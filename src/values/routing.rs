@@ -5,7 +5,9 @@
 //! canonical form; parsing the canonical form again gives the same value. Nothing here lets a
 //! value hold whitespace where one word is expected, quotes, `#`, `$`, `%`, `{` or `}`.
 
-use super::{ParseResult, parse_cidr_list, parse_header_name, parse_host_header, parse_regex};
+use super::{
+    ParseResult, RegexPlace, parse_cidr_list, parse_header_name, parse_host_header, parse_regex_at,
+};
 use crate::model::AclCondition;
 
 /// Where `request-redirect` sends a request: `host[:port]`, optionally after `http://` or
@@ -233,7 +235,7 @@ pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
             let mut out = Vec::new();
             for value in values {
                 out.push(if method == "reg" {
-                    parse_acl_regex(value).map_err(|e| format!("{v:?}: {e}"))?
+                    parse_acl_regex(value, ignore_case).map_err(|e| format!("{v:?}: {e}"))?
                 } else {
                     parse_acl_pattern(value).map_err(|e| format!("{v:?}: {e}"))?
                 });
@@ -331,15 +333,15 @@ fn parse_acl_pattern(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// A `reg` pattern: a regular expression as [`parse_regex`] accepts it, not starting with `-`
-/// and not a lone brace.
-fn parse_acl_regex(v: &str) -> ParseResult<String> {
+/// A `reg` pattern: a regular expression as [`parse_regex_at`] accepts it for an ACL (no
+/// automatic captures, caseless with `-i`), not starting with `-` and not a lone brace.
+fn parse_acl_regex(v: &str, ignore_case: bool) -> ParseResult<String> {
     if v.starts_with('-') || v == "{" || v == "}" {
         return Err(format!(
             "pattern {v:?} would be read as a flag or a brace of the condition"
         ));
     }
-    parse_regex(v)
+    parse_regex_at(v, RegexPlace::Acl { ignore_case })
 }
 
 #[cfg(test)]
