@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
 use super::memo::{Derive, ReadKey, ReadValue, Report, SubjectPart, Target, Trace};
-use crate::diagnostics::{Diagnostic, Severity, Subject};
+use crate::diagnostics::{Diagnostic, Severity, Subject, quoted};
 use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
@@ -489,6 +489,10 @@ impl HookContext {
     /// is reported and skipped, as if it were not there.
     fn typed<T>(&self, names: &[String], parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
         for (i, raw, field) in self.read(names, None) {
+            if let Err(e) = values::check_value_size(raw) {
+                self.record(Severity::Error, Target::Source(i), field, e);
+                continue;
+            }
             match parse(raw) {
                 Ok(v) => return Some(v),
                 Err(e) => self.record(
@@ -507,6 +511,8 @@ impl HookContext {
     fn get_snippet(&mut self, name: Dynamic) -> Dynamic {
         let names = names(name);
         let policy = self.inner.snippets;
+        // The section comes from the name (`global-`, `frontend-`, `backend-config-snippet`).
+        let section = names.first().and_then(|n| snippets::Section::of_name(n));
         self.note(|| {
             (
                 ReadKey::SnippetPolicy,
@@ -514,12 +520,25 @@ impl HookContext {
             )
         });
         for (i, raw, field) in self.read(&names, None) {
+            if let Err(e) = values::check_value_size(raw) {
+                self.record(Severity::Error, Target::Source(i), field, e);
+                continue;
+            }
             let origin = if self.inner.sources[i].prefixed {
                 Origin::Annotation
             } else {
                 Origin::ConfigMap
             };
-            match snippets::parse(raw, origin, policy) {
+            let Some(section) = section else {
+                self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    "a snippet's name must start with global, frontend or backend, the section it is for; snippet ignored".to_string(),
+                );
+                continue;
+            };
+            match snippets::parse(raw, origin, section, policy) {
                 Ok(lines) => return Dynamic::from(Snippet(lines)),
                 Err(e) => self.record(
                     Severity::Error,
@@ -856,7 +875,8 @@ fn strings_to_array(v: Vec<String>) -> Dynamic {
 pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
     if v.trim() != v || v.chars().any(char::is_control) {
         return Err(format!(
-            "{v:?} has leading or trailing whitespace or control characters"
+            "{v} has leading or trailing whitespace or control characters",
+            v = quoted(v)
         ));
     }
     let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
@@ -864,7 +884,8 @@ pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
         [repl] => Ok(("(.*)".to_string(), values::parse_replacement(repl)?)),
         [re, repl] => Ok((values::parse_regex(re)?, values::parse_replacement(repl)?)),
         _ => Err(format!(
-            "{v:?} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)"
+            "{v} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)",
+            v = quoted(v)
         )),
     }
 }
@@ -875,7 +896,7 @@ pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
 /// `check-http`: `URI` or `METHOD URI`.
 pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
     if v.chars().any(char::is_control) {
-        return Err(format!("{v:?} contains control characters"));
+        return Err(format!("{v} contains control characters", v = quoted(v)));
     }
     let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
     match words.as_slice() {
@@ -884,7 +905,7 @@ pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
             values::parse_enum(method, CHECK_METHODS)?,
             values::parse_path(uri)?,
         )),
-        _ => Err(format!("{v:?} is not 'URI' or 'METHOD URI'")),
+        _ => Err(format!("{v} is not 'URI' or 'METHOD URI'", v = quoted(v))),
     }
 }
 
