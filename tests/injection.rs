@@ -315,3 +315,340 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     );
     portcullis::check::check_config("haproxy", &output.rendered).unwrap();
 }
+
+/// The pipeline as `portcullis render` builds it with both snippet flags on.
+fn pipeline_with_snippets() -> Pipeline {
+    let cli = Cli::try_parse_from([
+        "portcullis",
+        "render",
+        "--manifests",
+        "unused",
+        "--configmap",
+        "inj/config",
+        "--allow-config-snippets",
+        "--allow-config-snippets-in-annotations",
+    ])
+    .unwrap();
+    let Command::Render(args) = cli.command else {
+        unreachable!("parsed a render command")
+    };
+    Pipeline::load(None, None, args.pipeline.translate_config()).unwrap()
+}
+
+/// Regexes Rust's regex syntax accepts and HAProxy's PCRE2 refuses: each would make
+/// `haproxy -c` fail, and with it every later change.
+const PCRE2_REFUSED: &[&str] = &[
+    "(?u)^/x",
+    "^/a{65536}",
+    r"\u0041",
+    r"\U00000041",
+    r"^/\N{U+0041}",
+    r"^/(?<=a+)b",
+    r"^/\L",
+];
+
+/// Regexes PCRE2 accepts (some of which Rust's regex syntax does not).
+const PCRE2_ACCEPTED: &[&str] = &[
+    r"^/api/(.*)$",
+    r"^/(a|b)\d{2}$",
+    r"^/\x41\x{42}",
+    r"^/(?<=/)v1",
+    r"^/\Q.*\E",
+    r"(*LIMIT_MATCH=1000)^/x",
+    r"^/(?<id>\d+)/\k<id>",
+    r"^/a{65535}",
+];
+
+/// Every refused regex, in each of the three places a regex is written, is named with its
+/// object and field, and what is left passes `haproxy -c`; every accepted one is rendered and
+/// passes too.
+#[test]
+fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
+    let mut objects = service("web", json!({}));
+    let mut expected = Vec::new();
+    let mut good_hosts = Vec::new();
+    for (i, re) in PCRE2_REFUSED.iter().enumerate() {
+        let svc = format!("acl{i}");
+        objects.extend(service(
+            &svc,
+            json!({"haproxy.org/route-acl": format!("path -m reg {re}")}),
+        ));
+        expected.push((
+            format!("Service inj/{svc}"),
+            "annotation haproxy.org/route-acl".to_string(),
+        ));
+        let name = format!("re{i}");
+        let origin = format!("^https://{}$", re.trim_start_matches('^'));
+        objects.push(ingress(
+            &name,
+            json!({
+                "haproxy.org/path-rewrite": format!("{re} /x"),
+                "haproxy.org/cors-enable": "true",
+                "haproxy.org/cors-allow-origin": origin,
+            }),
+            json!([{"host": format!("acl{i}.example.com"), "http": {"paths": [path("/", &svc)]}}]),
+            json!([]),
+            "web",
+        ));
+        for field in ["path-rewrite", "cors-allow-origin"] {
+            expected.push((
+                format!("Ingress inj/{name}"),
+                format!("annotation haproxy.org/{field}"),
+            ));
+        }
+        good_hosts.push(format!("{name}.example.com/ok"));
+    }
+    for (i, re) in PCRE2_ACCEPTED.iter().enumerate() {
+        let svc = format!("okacl{i}");
+        objects.extend(service(
+            &svc,
+            json!({"haproxy.org/route-acl": format!("path -i -m reg {re}")}),
+        ));
+        objects.push(ingress(
+            &format!("ok{i}"),
+            json!({"haproxy.org/path-rewrite": format!("{re} /x")}),
+            json!([{"host": format!("okacl{i}.example.com"), "http": {"paths": [path("/", &svc)]}}]),
+            json!([]),
+            "web",
+        ));
+    }
+    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    for (object, field) in &expected {
+        let found = diagnostics
+            .iter()
+            .find(|d| d.contains(&format!("{object}: {field}")));
+        let d =
+            found.unwrap_or_else(|| panic!("{object}: {field} not reported:\n{diagnostics:#?}"));
+        assert!(d.contains("PCRE2"), "{d}");
+    }
+    let config = String::from_utf8_lossy(
+        &output
+            .rendered
+            .files()
+            .into_iter()
+            .find(|(n, _)| n.as_str() == "haproxy.cfg")
+            .unwrap()
+            .1
+            .bytes(),
+    )
+    .into_owned();
+    for re in PCRE2_ACCEPTED {
+        assert!(
+            config.contains(&format!("replace-path '{re}'")),
+            "{re} not in replace-path"
+        );
+        assert!(
+            config.contains(&format!("-i -m reg '{re}'")),
+            "{re} not in a route-acl"
+        );
+    }
+    for re in PCRE2_REFUSED {
+        assert!(!config.contains(re), "{re} was rendered");
+    }
+    let exact: Vec<&str> = output.model.maps.exact.iter().map(|e| &*e.key).collect();
+    for host in &good_hosts {
+        assert!(exact.contains(&host.as_str()), "{host} missing");
+    }
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+}
+
+/// Snippet lines that once got past the denylist, each with what must not reach the output.
+const SNIPPET_VECTORS: &[(&str, &str)] = &[
+    (
+        "http-request return status 200 content-type text/plain lf-file /etc/passwd",
+        "/etc/passwd",
+    ),
+    (
+        "http-request return status 200 file certs/crt-list.txt",
+        "crt-list.txt",
+    ),
+    (
+        "http-request return status 200 file certs/victim.pem",
+        "victim.pem",
+    ),
+    ("http-response set-header X-Home \"'$HOME'\"", "$HOME"),
+    (
+        "http-request set-map(maps/exact.map) %[req.hdr(host)] evil",
+        "set-map",
+    ),
+    (".if defined(HOME)", ".if"),
+    (".alert PWN", ".alert"),
+    (".diag PWN", ".diag"),
+    ("filter spoe engine x config /etc/passwd", "spoe"),
+    (
+        "http-request set-var(txn.x) path,map_beg(maps/prefix.map)",
+        "txn.x",
+    ),
+    ("http-request set-header X %[env(HOME)]", "env(HOME)"),
+    ("http-request set-dst-port int(6060)", "set-dst-port"),
+    (
+        "http-request use-service prometheus-exporter",
+        "use-service",
+    ),
+];
+
+/// With both snippet flags on, every vector is refused and named; allowed lines are printed
+/// in their section; HAProxy accepts the result.
+#[test]
+fn snippets_outside_the_allowlist_are_refused_and_named() {
+    let mut objects = service("web", json!({}));
+    let mut expected = Vec::new();
+    for (i, (line, _)) in SNIPPET_VECTORS.iter().enumerate() {
+        let svc = format!("snip{i}");
+        objects.extend(service(
+            &svc,
+            json!({"haproxy.org/backend-config-snippet": line}),
+        ));
+        expected.push((
+            format!("Service inj/{svc}"),
+            "annotation haproxy.org/backend-config-snippet".to_string(),
+        ));
+        let name = format!("sn{i}");
+        objects.push(ingress(
+            &name,
+            json!({"haproxy.org/backend-config-snippet": line}),
+            json!([]),
+            json!([]),
+            &svc,
+        ));
+        expected.push((
+            format!("Ingress inj/{name}"),
+            "annotation haproxy.org/backend-config-snippet".to_string(),
+        ));
+    }
+    objects.extend(service(
+        "good",
+        json!({"haproxy.org/backend-config-snippet": "http-response set-header X-Snippet 'ok $5'"}),
+    ));
+    objects.push(ingress("good", json!({}), json!([]), json!([]), "good"));
+    // The ConfigMap: a global snippet with one bad line is refused whole.
+    objects.push(object(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "config", "namespace": "inj"},
+        "data": {
+            "global-config-snippet": "tune.bufsize 32768\n.if defined(HOME)\n",
+            "frontend-config-snippet": "http-response set-header X-Frontend yes\n",
+        }
+    })));
+    expected.push((
+        "ConfigMap inj/config".to_string(),
+        "key global-config-snippet".to_string(),
+    ));
+    let output = pipeline_with_snippets()
+        .run(&Store::from_objects(objects))
+        .unwrap();
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    for (object, field) in &expected {
+        assert!(
+            diagnostics
+                .iter()
+                .any(|d| d.contains(&format!("{object}: {field}"))),
+            "{object}: {field} not reported:\n{diagnostics:#?}"
+        );
+    }
+    for (name, bytes) in output.rendered.files() {
+        let text = String::from_utf8_lossy(&bytes.bytes()).into_owned();
+        for (line, marker) in SNIPPET_VECTORS {
+            assert!(!text.contains(marker), "{name} carries {line:?}");
+        }
+    }
+    let config = String::from_utf8_lossy(
+        &output
+            .rendered
+            .files()
+            .into_iter()
+            .find(|(n, _)| n.as_str() == "haproxy.cfg")
+            .unwrap()
+            .1
+            .bytes(),
+    )
+    .into_owned();
+    assert!(config.contains("http-response set-header X-Snippet 'ok $5'"));
+    assert!(config.contains("http-response set-header X-Frontend yes"));
+    assert!(
+        !config.contains("tune.bufsize 32768"),
+        "a refused snippet is refused whole"
+    );
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+}
+
+/// A 10 MB value gets one short diagnostic; capture slots over the global caps are refused on
+/// the youngest Ingress that asks, and the older ones keep theirs.
+#[test]
+fn values_and_totals_are_bounded() {
+    let huge = "x".repeat(10 * 1024 * 1024);
+    let mut objects = service("web", json!({}));
+    objects.push(ingress(
+        "huge",
+        json!({"haproxy.org/path-rewrite": huge, "haproxy.org/request-set-header": huge}),
+        json!([]),
+        json!([]),
+        "web",
+    ));
+    // 3 Ingresses × 1 capture of 8192 bytes: the third is over 16 KiB.
+    for (i, age) in [
+        "2020-01-01T00:00:00Z",
+        "2021-01-01T00:00:00Z",
+        "2022-01-01T00:00:00Z",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let name = format!("cap{i}");
+        objects.push(object(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": "inj", "creationTimestamp": age,
+                "annotations": {
+                    "haproxy.org/request-capture": format!("hdr(X-Cap-{i})"),
+                    "haproxy.org/request-capture-len": "8192",
+                }},
+            "spec": {"ingressClassName": "portcullis", "rules": [
+                {"host": format!("{name}.example.com"), "http": {"paths": [path("/", "web")]}}
+            ]}
+        })));
+    }
+    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    let on_huge: Vec<&String> = diagnostics
+        .iter()
+        .filter(|d| d.contains("Ingress inj/huge"))
+        .collect();
+    assert_eq!(on_huge.len(), 2, "{on_huge:#?}");
+    for d in &on_huge {
+        assert!(d.len() < 300, "{} bytes: {}", d.len(), &d[..300]);
+        assert!(d.contains("10485760 bytes"), "{d}");
+    }
+    let captured: Vec<&str> = output
+        .model
+        .frontend_rules
+        .captures
+        .iter()
+        .map(|c| c.sample.as_str())
+        .collect();
+    assert_eq!(captured, ["hdr(X-Cap-0)", "hdr(X-Cap-1)"]);
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.contains("Ingress inj/cap2: annotation request-capture")),
+        "{diagnostics:#?}"
+    );
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+}
+
+/// The PCRE2 regexes are checked with is the version HAProxy is built with (Debian links
+/// both to the same libpcre2-8).
+#[test]
+fn regexes_are_checked_with_haproxys_pcre2() {
+    let out = std::process::Command::new("haproxy")
+        .arg("-vv")
+        .output()
+        .expect("haproxy -vv runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let running = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Built with PCRE2 version :"))
+        .unwrap_or_else(|| panic!("haproxy -vv names no PCRE2 version:\n{text}"));
+    let version = running.split_whitespace().next().unwrap_or_default();
+    assert_eq!(version, portcullis::values::pcre2_version(), "{running}");
+}
