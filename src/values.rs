@@ -11,7 +11,7 @@ use crate::diagnostics::quoted;
 
 mod pcre;
 mod routing;
-pub use pcre::{RegexPlace, library_version as pcre2_version};
+pub use pcre::RegexPlace;
 pub use routing::{
     parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
     redirect_target_text, route_acl_text,

@@ -81,13 +81,6 @@ fn pcre2_message(e: &pcre2::Error, shift: usize) -> String {
     }
 }
 
-/// The PCRE2 library's version, as `pcre2_config(PCRE2_CONFIG_VERSION)` reports it
-/// (`10.42`), to compare with HAProxy's `haproxy -vv`.
-pub fn library_version() -> String {
-    let (major, minor) = pcre2::version();
-    format!("{major}.{minor}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +99,9 @@ mod tests {
             r"\l",
             r"\c",
             "(?<=a+)b",
+            // Bounded variable-length lookbehinds came with PCRE2 10.43: HAProxy's 10.42
+            // refuses them, and so must the library checked against.
+            "(?<=ab?)c",
             "(",
             "a{2,1}",
             "[z-a]",
@@ -171,14 +167,5 @@ mod tests {
         );
         assert_eq!(without_auto_capture("(*pla:a)b"), "(?n)(*pla:a)b");
         assert_eq!(without_auto_capture("(*"), "(?n)(*");
-    }
-
-    #[test]
-    fn the_library_is_pcre2_10() {
-        assert!(
-            library_version().starts_with("10."),
-            "{}",
-            library_version()
-        );
     }
 }
