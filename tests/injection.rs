@@ -609,8 +609,33 @@ fn values_and_totals_are_bounded() {
             ]}
         })));
     }
+    // One host over the cap of hosts per Ingress (`ingress` adds a first rule of its own).
+    let rules: Vec<serde_json::Value> = (0..values::MAX_HOSTS_PER_INGRESS)
+        .map(
+            |i| json!({"host": format!("m{i}.example.com"), "http": {"paths": [path("/", "web")]}}),
+        )
+        .collect();
+    objects.push(ingress("many", json!({}), json!(rules), json!([]), "web"));
     let output = pipeline().run(&Store::from_objects(objects)).unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    let last = values::MAX_HOSTS_PER_INGRESS;
+    let on_many: Vec<&String> = diagnostics
+        .iter()
+        .filter(|d| d.contains("Ingress inj/many"))
+        .collect();
+    assert_eq!(on_many.len(), 1, "{on_many:#?}");
+    assert!(
+        on_many[0].contains(&format!("spec.rules[{last}].host")),
+        "{on_many:#?}"
+    );
+    let exact: Vec<&str> = output.model.maps.exact.iter().map(|e| &*e.key).collect();
+    let prefix: Vec<&str> = output.model.maps.prefix.iter().map(|e| &*e.key).collect();
+    let routed = |i: usize| {
+        let host = format!("m{i}.example.com");
+        exact.iter().chain(&prefix).any(|k| k.starts_with(&host))
+    };
+    assert!(routed(0) && routed(values::MAX_HOSTS_PER_INGRESS - 2));
+    assert!(!routed(values::MAX_HOSTS_PER_INGRESS - 1));
     let on_huge: Vec<&String> = diagnostics
         .iter()
         .filter(|d| d.contains("Ingress inj/huge"))
