@@ -423,17 +423,7 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
             found.unwrap_or_else(|| panic!("{object}: {field} not reported:\n{diagnostics:#?}"));
         assert!(d.contains("PCRE2"), "{d}");
     }
-    let config = String::from_utf8_lossy(
-        &output
-            .rendered
-            .files()
-            .into_iter()
-            .find(|(n, _)| n.as_str() == "haproxy.cfg")
-            .unwrap()
-            .1
-            .bytes(),
-    )
-    .into_owned();
+    let config = haproxy_cfg(&output);
     for re in PCRE2_ACCEPTED {
         assert!(
             config.contains(&format!("replace-path '{re}'")),
@@ -452,6 +442,11 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
         assert!(exact.contains(&host.as_str()), "{host} missing");
     }
     portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+}
+
+/// The rendered haproxy.cfg.
+fn haproxy_cfg(output: &portcullis::pipeline::Output) -> String {
+    String::from_utf8_lossy(&output.rendered.files()["haproxy.cfg"].bytes()).into_owned()
 }
 
 /// Snippet lines that once got past the denylist, each with what must not reach the output.
@@ -554,17 +549,7 @@ fn snippets_outside_the_allowlist_are_refused_and_named() {
             assert!(!text.contains(marker), "{name} carries {line:?}");
         }
     }
-    let config = String::from_utf8_lossy(
-        &output
-            .rendered
-            .files()
-            .into_iter()
-            .find(|(n, _)| n.as_str() == "haproxy.cfg")
-            .unwrap()
-            .1
-            .bytes(),
-    )
-    .into_owned();
+    let config = haproxy_cfg(&output);
     assert!(config.contains("http-response set-header X-Snippet 'ok $5'"));
     assert!(config.contains("http-response set-header X-Frontend yes"));
     assert!(
