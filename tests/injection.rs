@@ -449,7 +449,8 @@ fn haproxy_cfg(output: &portcullis::pipeline::Output) -> String {
     String::from_utf8_lossy(&output.rendered.files()["haproxy.cfg"].bytes()).into_owned()
 }
 
-/// Snippet lines that once got past the denylist, each with what must not reach the output.
+/// Snippet lines that would read files or the environment, rewrite other tenants' routes or
+/// run preprocessor directives, each with what must not reach the output.
 const SNIPPET_VECTORS: &[(&str, &str)] = &[
     (
         "http-request return status 200 content-type text/plain lf-file /etc/passwd",
