@@ -413,6 +413,21 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
             "web",
         ));
     }
+    // Anchored origin regexes PCRE2 accepts, in CORS's ACL.
+    let cors_accepted = [
+        r"^https://(.+\.)?example\.com(:\d{1,5})?$",
+        r"^https://\x61pp\.example\.com$",
+        r"^https?://[a-z]{1,10}\.example\.(com|net)$",
+    ];
+    for (i, origin) in cors_accepted.iter().enumerate() {
+        objects.push(ingress(
+            &format!("cors{i}"),
+            json!({"haproxy.org/cors-enable": "true", "haproxy.org/cors-allow-origin": origin}),
+            json!([]),
+            json!([]),
+            "web",
+        ));
+    }
     let output = pipeline().run(&Store::from_objects(objects)).unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     for (object, field) in &expected {
@@ -432,6 +447,12 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
         assert!(
             config.contains(&format!("-i -m reg '{re}'")),
             "{re} not in a route-acl"
+        );
+    }
+    for origin in cors_accepted {
+        assert!(
+            config.contains(&format!("-m reg '{origin}'")),
+            "{origin} not in a CORS rule"
         );
     }
     for re in PCRE2_REFUSED {
