@@ -241,7 +241,8 @@ const HTTP_CHECK_STEPS: &[&str] = &["expect", "send", "send-state", "disable-on-
 /// `filter` types a snippet may use.
 const FILTERS: &[&str] = &["compression"];
 
-/// `http-request` actions a snippet may use.
+/// `http-request` actions a snippet may use (`normalize-uri` is experimental in HAProxy 2.6 and
+/// needs a global directive no snippet may set).
 const HTTP_REQUEST_ACTIONS: &[&str] = &[
     "add-header",
     "set-header",
@@ -256,7 +257,6 @@ const HTTP_REQUEST_ACTIONS: &[&str] = &[
     "replace-path",
     "replace-pathq",
     "replace-uri",
-    "normalize-uri",
     "set-var",
     "unset-var",
     "set-log-level",

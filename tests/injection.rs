@@ -730,3 +730,181 @@ fn regexes_are_judged_as_haproxy_judges_them() {
     }
     assert!(disagreements.is_empty(), "{disagreements:#?}");
 }
+
+/// A line per directive, action and option of the snippet allowlists, by section. Each must
+/// pass the check for its section, and all of them together, printed where the snippets go,
+/// must pass `haproxy -c`: the allowlists name nothing HAProxy 2.6 does not know there.
+const GLOBAL_SNIPPET_LINES: &[&str] = &[
+    "maxconn 100",
+    "maxconnrate 100",
+    "maxsessrate 100",
+    "maxsslconn 100",
+    "maxsslrate 100",
+    "maxcomprate 100",
+    "maxcompcpuusage 50",
+    "maxpipes 100",
+    "maxzlibmem 10",
+    "spread-checks 5",
+    "max-spread-checks 1s",
+    "hard-stop-after 30s",
+    "grace 1s",
+    "ssl-default-bind-ciphers ECDHE-RSA-AES128-GCM-SHA256",
+    "ssl-default-bind-ciphersuites TLS_AES_128_GCM_SHA256",
+    "ssl-default-bind-options no-sslv3",
+    "ssl-default-bind-curves X25519",
+    "ssl-default-server-ciphers ECDHE-RSA-AES128-GCM-SHA256",
+    "ssl-default-server-ciphersuites TLS_AES_128_GCM_SHA256",
+    "ssl-default-server-options no-sslv3",
+    "log-send-hostname",
+    "log-tag x",
+    "h2-workaround-bogus-websocket-clients",
+    "tune.bufsize 32768",
+    "tune.maxrewrite 1024",
+    "tune.http.maxhdr 100",
+    "tune.http.cookielen 63",
+    "tune.http.logurilen 1024",
+    "tune.h2.header-table-size 4096",
+    "tune.h2.initial-window-size 65535",
+    "tune.h2.max-concurrent-streams 100",
+    "tune.h2.max-frame-size 16384",
+    "tune.maxaccept 64",
+    "tune.maxpollevents 200",
+    "tune.recv_enough 10000",
+    "tune.idletimer 1000",
+    "tune.ssl.default-dh-param 2048",
+    "tune.ssl.cachesize 20000",
+    "tune.ssl.lifetime 300",
+    "tune.ssl.maxrecord 1400",
+    "tune.comp.maxlevel 1",
+    "tune.pattern.cache-size 10000",
+    "tune.rcvbuf.client 65536",
+    "tune.rcvbuf.server 65536",
+    "tune.sndbuf.client 65536",
+    "tune.sndbuf.server 65536",
+    "tune.pipesize 65536",
+    "tune.vars.global-max-size 1000",
+    "tune.vars.proc-max-size 1000",
+    "tune.vars.reqres-max-size 1000",
+    "tune.vars.sess-max-size 1000",
+    "tune.vars.txn-max-size 1000",
+    "tune.buffers.limit 100",
+    "tune.buffers.reserve 4",
+];
+const FRONTEND_SNIPPET_LINES: &[&str] = &[
+    "http-request deny if { path_beg /admin }",
+    "http-request set-var(txn.mine) str(x)",
+    "http-request set-header X-Host %[req.hdr(host),lower]",
+    "http-response set-header X-A b",
+    r#"http-after-response set-header X-A "b c""#,
+    "tcp-request connection reject if { src 10.0.0.1 }",
+    "tcp-request session accept",
+    "tcp-request content accept",
+    "tcp-request inspect-delay 5s",
+    "acl admin path_beg /admin",
+    "option httplog",
+    "no option http-server-close",
+    "timeout client 5s",
+    "capture request header Host len 32",
+    "declare capture request len 32",
+    "compression algo gzip",
+    "redirect scheme https if !{ ssl_fc }",
+    "errorloc 503 http://example.com/",
+    "errorloc302 503 http://example.com/",
+    "errorloc303 503 http://example.com/",
+    "http-error status 503 content-type text/plain string down",
+    r#"unique-id-format %{+X}o\ %ci:%cp"#,
+    "unique-id-header X-Unique-ID",
+    "log-format %ci",
+    "maxconn 100",
+    "rate-limit sessions 100",
+    "filter compression",
+];
+const BACKEND_SNIPPET_LINES: &[&str] = &[
+    "http-response set-header X-Frame-Options DENY",
+    "http-request redirect location /login code 302",
+    "http-response set-header X-Price '$5'",
+    "http-request return status 200 content-type text/plain string ok",
+    "http-request set-var(txn.port) src_port,add(1)",
+    "http-check expect status 200",
+    "http-check send meth GET uri /health",
+    "http-check send-state",
+    "http-check disable-on-404",
+    "filter compression",
+    "tcp-request inspect-delay 5s",
+    "tcp-request content accept if HTTP",
+    "tcp-response content accept",
+    "tcp-response inspect-delay 5s",
+    "http-reuse safe",
+    "http-send-name-header X-Server",
+    "retries 3",
+    "retry-on conn-failure",
+    "balance roundrobin",
+    "hash-type consistent",
+    "fullconn 100",
+    "cookie SRV insert indirect nocache",
+    "ignore-persist if { path_beg /static }",
+    "force-persist if { path_beg /admin }",
+    "option redispatch",
+    "option httpchk GET /health",
+    "option forwardfor",
+    "timeout server 5s",
+    "http-request set-path /x",
+    r#"http-request replace-path ^/a(.*) /b\1"#,
+    "http-request set-timeout server 5s",
+    "http-request set-priority-class int(1)",
+    "http-request early-hint Link </style.css>",
+    "http-request wait-for-body time 1s",
+    "http-request strict-mode on",
+    "http-request disable-l7-retry",
+    "http-request tarpit",
+    "http-request auth realm x",
+    "http-request set-log-level silent",
+    "http-request set-nice 10",
+    "http-request set-mark 1",
+    "http-request set-tos 0",
+    "http-request silent-drop",
+    "http-request reject",
+    "http-request capture req.hdr(host) id 0",
+    "http-response set-status 404",
+    "http-response wait-for-body time 1s",
+    "http-after-response set-status 404",
+    "http-after-response strict-mode on",
+    "http-request wait-for-handshake",
+];
+
+#[test]
+fn what_the_snippet_allowlists_name_haproxy_accepts() {
+    use portcullis::snippets::{Section, check_line_in};
+    for (lines, section) in [
+        (GLOBAL_SNIPPET_LINES, Section::Global),
+        (FRONTEND_SNIPPET_LINES, Section::Frontend),
+        (BACKEND_SNIPPET_LINES, Section::Backend),
+    ] {
+        for line in lines {
+            assert_eq!(check_line_in(line, section), Ok(()), "{line:?}");
+        }
+    }
+    let mut objects = service("web", json!({}));
+    objects.push(ingress("site", json!({}), json!([]), json!([]), "web"));
+    objects.push(object(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "config", "namespace": "inj"},
+        "data": {
+            "global-config-snippet": GLOBAL_SNIPPET_LINES.join("\n"),
+            "frontend-config-snippet": FRONTEND_SNIPPET_LINES.join("\n"),
+            "backend-config-snippet": BACKEND_SNIPPET_LINES.join("\n"),
+        }
+    })));
+    let output = pipeline_with_snippets()
+        .run(&Store::from_objects(objects))
+        .unwrap();
+    let config = haproxy_cfg(&output);
+    for line in GLOBAL_SNIPPET_LINES
+        .iter()
+        .chain(FRONTEND_SNIPPET_LINES)
+        .chain(BACKEND_SNIPPET_LINES)
+    {
+        assert!(config.contains(line), "{line:?} not printed:\n{config}");
+    }
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+}
