@@ -371,6 +371,21 @@ pub struct PipelineArgs {
     /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
     #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
     pub stats_bind_port: Option<u16>,
+    /// Who may route a host: `shared` (any Ingress of the class; the oldest wins a path) or
+    /// `namespace` (a host belongs to the namespace of its oldest Ingress; rules and TLS hosts
+    /// for it from other namespaces are refused).
+    #[arg(
+        long,
+        env = "PORTCULLIS_HOST_OWNERSHIP",
+        default_value = "shared",
+        value_parser = host_ownership
+    )]
+    pub host_ownership: crate::translate::class::HostOwnership,
+}
+
+/// `--host-ownership`.
+fn host_ownership(v: &str) -> Result<crate::translate::class::HostOwnership, String> {
+    crate::translate::class::HostOwnership::parse(v)
 }
 
 impl PipelineArgs {
@@ -420,6 +435,7 @@ impl PipelineArgs {
             errorfiles_config_map: self.configmap_errorfiles.clone(),
             tcp_services_config_map: self.configmap_tcp_services.clone(),
             workers: crate::parallel::Workers::default(),
+            host_ownership: self.host_ownership,
         }
     }
 }

@@ -14,9 +14,11 @@ use tokio::sync::mpsc;
 
 use crate::admin::{self, AdminState};
 use crate::apply::{Applied, Applier, ApplyError, Outcome, Supervision};
+use crate::attribution::Quarantine;
 use crate::diagnostics::{Severity, Subject};
 use crate::haproxy::client::Client;
 use crate::metrics::Metrics;
+use crate::objects::Kind;
 use crate::pipeline::{LoadError, Output, Pipeline};
 use crate::source::{files, watch};
 use crate::store::Store;
@@ -147,6 +149,9 @@ struct StatusInner {
     site_error: Option<String>,
     last_outcome: Option<String>,
     diagnostics: usize,
+    /// Manifest files and documents that do not parse (their last good objects stay in
+    /// force), as diagnostic lines; the first few.
+    source_errors: Vec<String>,
     /// The configuration last applied, for `/debug/config` and `/debug/model`: shown (redacted,
     /// serialized) on request, since at 10 000 Ingresses that is tens of megabytes of text.
     applied: Option<(crate::model::Model, crate::render::RenderedConfig)>,
@@ -180,6 +185,7 @@ impl AdminState for Status {
             "site_error": inner.site_error,
             "last_outcome": inner.last_outcome,
             "diagnostics": inner.diagnostics,
+            "source_errors": inner.source_errors,
             "cluster": inner.cluster,
         });
         if inner.ready {
@@ -324,6 +330,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let mut retry_pause = Duration::from_secs(5);
     let mut next_retry = Instant::now() + retry_pause;
 
+    // Objects HAProxy refused, left out until they change; and how many runs in a row have
+    // left objects out.
+    let mut quarantine = Quarantine::default();
+    let mut attribution_rounds = 0;
     let result = loop {
         tokio::select! {
             _ = sigterm.recv() => break Ok(()),
@@ -347,13 +357,15 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = changes.recv() => {
                 settle(&mut changes, first, config.debounce).await;
-                match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics).await {
+                match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics, &mut quarantine).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
-                        if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first).await {
-                            break Err(e);
+                        match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine)).await {
+                            Err(e) => break Err(e),
+                            Ok(true) => again(&changes_tx, &mut attribution_rounds),
+                            Ok(false) => attribution_rounds = 0,
                         }
-                        if let (Source::Cluster(c), Some(store)) = (&source, store) {
+                        if let (Source::Cluster(c), RunStore::Cluster(store)) = (&source, store) {
                             c.publish(store, diagnostics);
                         }
                     }
@@ -368,13 +380,15 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         // the translation's.
                         candidate.keep_memo_of(&pipeline);
                         let candidate = Arc::new(candidate);
-                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics).await {
-                            Ok((output, _)) => {
+                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics, &mut quarantine).await {
+                            Ok((output, store)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
-                                if let Err(e) = apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first).await {
-                                    break Err(e);
+                                match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine)).await {
+                                    Err(e) => break Err(e),
+                                    Ok(true) => again(&changes_tx, &mut attribution_rounds),
+                                    Ok(false) => attribution_rounds = 0,
                                 }
                             }
                             Err(e) => {
@@ -402,6 +416,15 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let _ = stop_admin.send(());
     let _ = admin_task.await;
     result
+}
+
+/// Asks for another run right away after objects were left out, up to
+/// [`ATTRIBUTION_ROUNDS`] times in a row; past that, the owed reload's usual retries go on.
+fn again(changes: &mpsc::UnboundedSender<Instant>, rounds: &mut u32) {
+    *rounds += 1;
+    if *rounds <= ATTRIBUTION_ROUNDS {
+        let _ = changes.send(Instant::now());
+    }
 }
 
 /// Coalesces a burst: waits until the source has been quiet for `debounce` since its last
@@ -478,13 +501,33 @@ fn unix_now() -> Option<i64> {
         .and_then(|d| i64::try_from(d.as_secs()).ok())
 }
 
+/// The store a pipeline run read: the manifest directory's (shared with the source) or a copy
+/// of the cluster's. Read again only when HAProxy refuses the result, to trace its verdict.
+enum RunStore {
+    Files(Arc<std::sync::Mutex<Store>>),
+    Cluster(Arc<Store>),
+}
+
+impl RunStore {
+    fn with<R>(&self, f: impl FnOnce(&Store) -> R) -> R {
+        match self {
+            RunStore::Files(store) => f(&store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)),
+            RunStore::Cluster(store) => f(store),
+        }
+    }
+}
+
 /// Runs the pipeline on the source's input, off the async threads, counting the run by path.
+/// The objects `quarantine` holds are left out of the run (and reported).
 async fn compute(
     input: SourceInput,
     pipeline: &Arc<Pipeline>,
     inputs: RunInputs,
     metrics: &Arc<Metrics>,
-) -> Result<(Output, Option<Arc<Store>>), String> {
+    quarantine: &mut Quarantine,
+) -> Result<(Output, RunStore), String> {
     let p = pipeline.clone();
     let metrics = metrics.clone();
     // Runs of one pipeline are sequential, so its run counts tell how this one went.
@@ -510,39 +553,59 @@ async fn compute(
         tracing::debug!(path, patched, run_ms = took * 1e3, "pipeline ran");
         output
     };
-    tokio::task::spawn_blocking(move || match input {
-        SourceInput::Files(dir, cache, store) => {
-            let started = Instant::now();
-            let mut store = store
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let problems = files::sync_dir(&dir, &cache, &mut store).map_err(|e| e.to_string())?;
-            tracing::debug!(
-                read_ms = started.elapsed().as_secs_f64() * 1e3,
-                "manifests read"
-            );
-            // Files read right after they were written are read again next time, unless
-            // they are settled in between (off this path).
-            cache.settle_later();
-            let mut output = run(&store)?;
-            let mut diagnostics = problems.into_sorted();
-            diagnostics.append(&mut output.diagnostics);
-            output.diagnostics = diagnostics;
-            Ok((output, None))
-        }
-        SourceInput::Store(store, mut diagnostics) => {
-            let mut output = run(&store)?;
-            diagnostics.append(&mut output.diagnostics);
-            output.diagnostics = diagnostics;
-            Ok((output, Some(Arc::new(*store))))
-        }
+    let mut held = std::mem::take(quarantine);
+    let (result, held) = tokio::task::spawn_blocking(move || {
+        let result = match input {
+            SourceInput::Files(dir, cache, shared) => (|| {
+                let started = Instant::now();
+                let mut store = shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let problems =
+                    files::sync_dir(&dir, &cache, &mut store).map_err(|e| e.to_string())?;
+                tracing::debug!(
+                    read_ms = started.elapsed().as_secs_f64() * 1e3,
+                    "manifests read"
+                );
+                // Files read right after they were written are read again next time, unless
+                // they are settled in between (off this path).
+                cache.settle_later();
+                let (mut left_out, _) = held.exclude(&mut store);
+                let mut output = run(&store)?;
+                drop(store);
+                let mut diagnostics = problems.into_sorted();
+                diagnostics.append(&mut left_out);
+                diagnostics.append(&mut output.diagnostics);
+                diagnostics.sort();
+                output.diagnostics = diagnostics;
+                Ok((output, RunStore::Files(shared)))
+            })(),
+            SourceInput::Store(mut store, mut diagnostics) => (|| {
+                let (mut left_out, excluded) = held.exclude(&mut store);
+                let mut output = run(&store)?;
+                diagnostics.append(&mut left_out);
+                diagnostics.append(&mut output.diagnostics);
+                output.diagnostics = diagnostics;
+                // Published with the objects left out, so that their Events reach them.
+                for object in excluded {
+                    store.upsert(object);
+                }
+                Ok((output, RunStore::Cluster(Arc::new(*store))))
+            })(),
+        };
+        (result, held)
     })
     .await
-    .map_err(|e| format!("pipeline task: {e}"))?
+    .map_err(|e| format!("pipeline task: {e}"))?;
+    *quarantine = held;
+    result
 }
 
 /// Applies a pipeline output and reports the outcome. Only a failure to start HAProxy at all
-/// is fatal; every other failure keeps the running configuration and is retried.
+/// is fatal; every other failure keeps the running configuration and is retried. When HAProxy
+/// refuses the configuration and its verdict leads to tenant objects, those are put in
+/// `quarantine` and `true` is returned: the caller runs the pipeline again without them.
+#[allow(clippy::too_many_arguments)]
 async fn apply_output(
     output: Output,
     pipeline: &Pipeline,
@@ -551,7 +614,8 @@ async fn apply_output(
     metrics: &Metrics,
     expiry: &mut CertificateExpiry,
     first_event: Instant,
-) -> Result<(), RunError> {
+    (store, quarantine): (&RunStore, &mut Quarantine),
+) -> Result<bool, RunError> {
     let started = Instant::now();
     let mut output = output;
     let next = Applied::following(
@@ -584,8 +648,16 @@ async fn apply_output(
         );
         result = applier.apply(next).await;
     }
+    let held = match &result {
+        Err(ApplyError::CheckRejected(messages) | ApplyError::BindTaken(messages)) => {
+            hold_culprits(messages, &mut output, store, quarantine)
+        }
+        _ => 0,
+    };
     report_diagnostics(&output.diagnostics, metrics);
     let diagnostics = output.diagnostics.len();
+    let source_errors = crate::source::source_errors(&output.diagnostics);
+    status.update(|s| s.source_errors = source_errors);
     metrics
         .apply_duration
         .observe(&[], started.elapsed().as_secs_f64());
@@ -639,7 +711,33 @@ async fn apply_output(
         Err(ApplyError::Start(e)) => return Err(RunError::HaproxyStart(e.to_string())),
         Err(e) => fail(status, metrics, e.to_string()),
     }
-    Ok(())
+    Ok(held > 0)
+}
+
+/// How many times in a row a refused configuration may lead to objects left out and a new
+/// run. HAProxy names one parse error per check, so each round finds one culprit or a few.
+const ATTRIBUTION_ROUNDS: u32 = 16;
+
+/// Traces HAProxy's refusal to tenant objects and holds them in `quarantine`, with an error
+/// on each in `output`'s diagnostics. Returns how many were newly held.
+fn hold_culprits(
+    messages: &[String],
+    output: &mut Output,
+    store: &RunStore,
+    quarantine: &mut Quarantine,
+) -> usize {
+    let tenant = |k: Kind| matches!(k, Kind::Ingress | Kind::Service | Kind::Tcp);
+    store.with(|store| {
+        let culprits = crate::attribution::culprits(messages, &output.rendered, &output.model, store);
+        let mut held = 0;
+        for culprit in culprits.iter().filter(|c| tenant(c.object.kind)) {
+            if quarantine.hold(culprit, store) {
+                held += 1;
+                tracing::warn!(object = %culprit.object, "HAProxy refused what this object produced; left out until it changes");
+            }
+        }
+        held
+    })
 }
 
 /// The `notAfter` of the certificates last read, by file name. A certificate file's name

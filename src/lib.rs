@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod attribution;
 pub mod base64;
 pub mod check;
 pub mod cli;

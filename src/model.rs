@@ -683,8 +683,9 @@ pub struct BackendSettings {
     pub server_ca_file: Option<String>,
     /// The certificate file of `server_crt` (`certs/client/<ns>_<name>.pem`), set by translation.
     pub server_crt_file: Option<String>,
-    /// `server-ca` or `server-crt` is set but its Secret is unusable: the backend answers 503
-    /// rather than talk to the pods unverified or without its certificate.
+    /// `server-ca` or `server-crt` is set but its Secret is unusable, or `server-ssl`,
+    /// `server-ca` or `server-crt` has a bad value: the backend answers 503 rather than talk
+    /// to the pods unverified, in plain text or without its certificate.
     pub server_tls_unusable: bool,
     /// Raw lines for the backend (`backend-config-snippet`), already checked.
     pub config_snippet: Vec<String>,
@@ -745,6 +746,11 @@ pub struct RouteSettings {
     pub path_rewrite: Option<(String, String)>,
     pub allow_list: Vec<String>,
     pub deny_list: Vec<String>,
+    /// A setting that guards access (`allow-list`, `deny-list`) has a bad value: every
+    /// request of the route is refused (fail closed). Not serialized when absent, so policy
+    /// ids of routes without it do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_all: Option<DenyAll>,
     /// HTTP basic authentication (`auth-type: basic-auth`). Absent values are not serialized,
     /// so policy ids of routes without them do not change.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -771,6 +777,16 @@ pub struct RouteSettings {
     /// frontends (see [`FrontendRules::captures`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<RequestCapture>,
+}
+
+/// Every request of a route refused: `http-request deny deny_status <status>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct DenyAll {
+    /// One of the codes HAProxy can refuse with ([`crate::values::DENY_STATUS_CODES`]).
+    pub status: u16,
+    /// The settings whose bad values refuse the route, e.g. `allow-list` (lowercase letters,
+    /// digits and `-`: printed in a comment).
+    pub because: Vec<String>,
 }
 
 /// Where `request-redirect` sends the requests of a route; the request's path and query are
@@ -829,6 +845,9 @@ pub struct FrontendRules {
     /// frontends split `txn.policy` off the route, as every policy rule reads it. The first
     /// policy changes a backend section too, so it costs no extra reload.
     pub route_policies: bool,
+    /// Some route leads to the built-in `portcullis_unavailable` backend (503: its Service or
+    /// Service port does not exist), which is rendered only then.
+    pub unavailable_routes: bool,
 }
 
 /// One capture slot of both frontends.
@@ -948,6 +967,10 @@ pub struct Tls {
 pub struct GlobalTls {
     /// `client-ca`: the Secret whose `ca.crt` (else `tls.crt`) verifies client certificates.
     pub client_ca: Option<String>,
+    /// `client-ca` is set but its value is not a Secret reference: the HTTPS frontend refuses
+    /// every request (fail closed), as with an unusable Secret.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub client_ca_invalid: bool,
     /// `client-crt-optional`: a client without a (valid) certificate is still served.
     pub client_crt_optional: bool,
     /// `tls-alpn`: the ALPN protocols of the HTTPS bind.

@@ -237,6 +237,33 @@ impl Store {
         }
     }
 
+    /// The object of `kind` held under `key`.
+    pub fn get(&self, kind: Kind, key: &Key) -> Option<Object> {
+        match kind {
+            Kind::Ingress => self.ingresses.get(key).cloned().map(Object::Ingress),
+            Kind::IngressClass => self
+                .ingress_classes
+                .get(key)
+                .cloned()
+                .map(Object::IngressClass),
+            Kind::Service => self.services.get(key).cloned().map(Object::Service),
+            Kind::EndpointSlice => self
+                .endpoint_slices
+                .get(key)
+                .cloned()
+                .map(Object::EndpointSlice),
+            Kind::Secret => self.secrets.get(key).cloned().map(Object::Secret),
+            Kind::ConfigMap => self.config_maps.get(key).cloned().map(Object::ConfigMap),
+            Kind::Pod => self.pods.get(key).cloned().map(Object::Pod),
+            Kind::Tcp => self.tcps.get(key).cloned().map(Object::Tcp),
+        }
+    }
+
+    /// Whether the store holds `object`, or one equal to it, under its key.
+    pub fn holds_equal(&self, object: &Object) -> bool {
+        self.held_equal(object, &object.key()).is_some()
+    }
+
     fn held_equal(&self, object: &Object, key: &Key) -> Option<usize> {
         fn same<T: PartialEq>(map: &BTreeMap<Key, Arc<T>>, key: &Key, o: &Arc<T>) -> Option<usize> {
             map.get(key)

@@ -70,7 +70,7 @@ pub fn check_host_count(hosts: usize) -> ParseResult<()> {
 pub fn check_value_size(v: &str) -> ParseResult<()> {
     if v.len() > MAX_VALUE_BYTES {
         return Err(format!(
-            "the value is {} bytes, more than the limit of {MAX_VALUE_BYTES}; setting ignored",
+            "the value is {} bytes, more than the limit of {MAX_VALUE_BYTES}",
             v.len()
         ));
     }

@@ -172,8 +172,10 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
                  "backend": {"service": {"name": "web", "port": {"name": format!("http{payload}")}}}},
             ]}},
         ]);
-        let tls =
-            json!([{"hosts": [format!("t{i}{payload}")], "secretName": format!("s{payload}")}]);
+        // With the Ingress' own host besides the hostile one: an entry left with no host the
+        // Ingress routes is ignored whole, and the hostile Secret name would not be read.
+        let tls = json!([{"hosts": [format!("t{i}{payload}"), format!("{name}.example.com")],
+                          "secretName": format!("s{payload}")}]);
         for field in [
             "spec.rules[1].host",
             "spec.rules[2].http.paths[0].path",
@@ -589,7 +591,11 @@ fn values_and_totals_are_bounded() {
     let mut objects = service("web", json!({}));
     objects.push(ingress(
         "huge",
-        json!({"haproxy.org/path-rewrite": huge, "haproxy.org/request-set-header": huge}),
+        json!({
+            "haproxy.org/path-rewrite": huge,
+            "haproxy.org/request-set-header": huge,
+            "haproxy.org/allow-list": huge,
+        }),
         json!([]),
         json!([]),
         "web",
@@ -647,7 +653,14 @@ fn values_and_totals_are_bounded() {
         .iter()
         .filter(|d| d.contains("Ingress inj/huge"))
         .collect();
-    assert_eq!(on_huge.len(), 2, "{on_huge:#?}");
+    assert_eq!(on_huge.len(), 3, "{on_huge:#?}");
+    // An access setting too large to read closes, as any bad value of it does.
+    assert!(
+        on_huge
+            .iter()
+            .any(|d| d.contains("allow-list") && d.contains("403")),
+        "{on_huge:#?}"
+    );
     for d in &on_huge {
         assert!(d.len() < 300, "{} bytes: {}", d.len(), &d[..300]);
         assert!(d.contains("10485760 bytes"), "{d}");

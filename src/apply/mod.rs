@@ -51,6 +51,11 @@ pub enum ApplyError {
     Files(#[from] files::FilesError),
     #[error("starting HAProxy: {0}")]
     Start(ProcessError),
+    /// Addresses the new configuration binds that something else holds: HAProxy's check
+    /// passes such a bind, and then every reload fails. In HAProxy's own words, so that
+    /// [`crate::attribution`] reads them like HAProxy's.
+    #[error("the new configuration binds addresses in use (nothing was reloaded):\n{}", .0.join("\n"))]
+    BindTaken(Vec<String>),
     #[error("reloading HAProxy ({reasons}): {source}")]
     Reload {
         reasons: String,
@@ -223,6 +228,13 @@ impl Applier {
                 return Err(ApplyError::CheckRejected(messages));
             }
             Err(e) => return Err(ApplyError::Check(e)),
+        }
+        let taken = taken_binds(self.running.as_ref(), &new);
+        if !taken.is_empty() {
+            self.metrics.reload_failures.inc(&["check"]);
+            self.owed_reload.get_or_insert(reason_text);
+            self.apply_runtime_part(&new).await;
+            return Err(ApplyError::BindTaken(taken));
         }
         self.write_files(&new.rendered)?;
         let config = self.config_dir.join(CONFIG_FILE);
@@ -418,4 +430,43 @@ fn reason_label(reason: &str) -> &'static str {
     } else {
         "configuration"
     }
+}
+
+/// The TCP binds of `new` that something else holds now, as HAProxy would report them
+/// (`Starting frontend <name>: cannot bind socket (…) [addr:port]`). Ports the running
+/// configuration binds are not tried: its workers hold them, and pass them on at a reload.
+fn taken_binds(running: Option<&Applied>, new: &Applied) -> Vec<String> {
+    let held: std::collections::BTreeSet<u16> = running
+        .map(|r| {
+            let listen = &r.model.listen;
+            r.model
+                .tcp
+                .iter()
+                .flat_map(|t| t.binds.iter().map(|b| b.port))
+                .chain([listen.http_port, listen.https_port])
+                .chain(listen.stats_port)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut taken = Vec::new();
+    for service in &new.model.tcp {
+        for bind in &service.binds {
+            if held.contains(&bind.port) {
+                continue;
+            }
+            let Ok(ip) = bind.address.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            let addr = std::net::SocketAddr::new(ip, bind.port);
+            if let Err(e) = std::net::TcpListener::bind(addr) {
+                if e.kind() == std::io::ErrorKind::AddrInUse {
+                    taken.push(format!(
+                        "Starting frontend {}: cannot bind socket ({e}) [{}:{}]",
+                        service.frontend, bind.address, bind.port
+                    ));
+                }
+            }
+        }
+    }
+    taken
 }

@@ -3,7 +3,9 @@
 //! A hook never sees a raw annotation string. Each accessor parses the value with a parser
 //! from [`crate::values`]; a bad value is recorded as a diagnostic naming the object and the
 //! annotation, and the lookup falls through to the next source (as if the bad value were not
-//! there). When no source has a valid value, the accessor returns `()`.
+//! there). When no source has a valid value, the accessor returns `()`. Through
+//! `ctx.fail_closed(consequence)` the first value found decides instead: a bad one is reported
+//! with the consequence and the accessor returns `()`, for settings that guard access.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,6 +146,9 @@ struct Inner {
     /// since [`HookContext::forget_facts_read`]. A hook run that read none gives the same
     /// result for any facts (see [`super::memo::WholeRuns`]).
     facts_read: Arc<AtomicBool>,
+    /// Set by `ctx.fail_closed(consequence)`: the first value found decides, and a bad one is
+    /// reported with this consequence instead of being skipped.
+    closed: Option<Arc<str>>,
 }
 
 /// A context's subject and sources, borrowed, and those of the contexts derived from it
@@ -172,6 +177,8 @@ impl<'a> View<'a> {
                     };
                 }
                 Derive::Without(kind) => self.without.push(kind),
+                // The same sources: only how their values are judged differs.
+                Derive::FailClosed(_) => {}
             }
         }
         Some(self)
@@ -236,6 +243,7 @@ impl HookContext {
                 view: Vec::new(),
                 trace: Arc::new(Mutex::new(None)),
                 facts_read: Arc::new(AtomicBool::new(false)),
+                closed: None,
             }),
         }
     }
@@ -257,6 +265,7 @@ impl HookContext {
                     view: i.view.clone(),
                     trace: i.trace.clone(),
                     facts_read: i.facts_read.clone(),
+                    closed: i.closed.clone(),
                 });
             }
         }
@@ -356,6 +365,7 @@ impl HookContext {
             ctx = match step {
                 Derive::Service => ctx.service_context()?,
                 Derive::Without(kind) => ctx.without_kind(kind),
+                Derive::FailClosed(consequence) => ctx.fail_closed_on(consequence),
             };
         }
         Some(ctx)
@@ -486,14 +496,42 @@ impl HookContext {
     }
 
     /// Looks `names` up in each source in precedence order, parsing with `parse`; a bad value
-    /// is reported and skipped, as if it were not there.
+    /// is reported and skipped, as if it were not there. In a fail-closed context the first
+    /// object that sets the setting decides: its first valid value (by name, alias and
+    /// prefix) counts, and when it has none its bad values are reported with the
+    /// consequence and nothing is returned (no other object stands in).
     fn typed<T>(&self, names: &[String], parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
-        for (i, raw, field) in self.read(names, None) {
-            if let Err(e) = values::check_value_size(raw) {
-                self.record(Severity::Error, Target::Source(i), field, e);
-                continue;
+        if let Some(consequence) = &self.inner.closed {
+            let found = self.read(names, None);
+            let first = found.first()?.0;
+            let mut bad = Vec::new();
+            let mut value = None;
+            for (i, raw, field) in found.into_iter().take_while(|(i, ..)| *i == first) {
+                match values::check_value_size(raw).and_then(|()| parse(raw)) {
+                    Ok(v) => {
+                        value = Some(v);
+                        break;
+                    }
+                    Err(e) => bad.push((i, field, e)),
+                }
             }
-            match parse(raw) {
+            let outcome = if value.is_some() {
+                "setting ignored"
+            } else {
+                consequence
+            };
+            for (i, field, e) in bad {
+                self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    format!("{e}; {outcome}"),
+                );
+            }
+            return value;
+        }
+        for (i, raw, field) in self.read(names, None) {
+            match values::check_value_size(raw).and_then(|()| parse(raw)) {
                 Ok(v) => return Some(v),
                 Err(e) => self.record(
                     Severity::Error,
@@ -521,7 +559,12 @@ impl HookContext {
         });
         for (i, raw, field) in self.read(&names, None) {
             if let Err(e) = values::check_value_size(raw) {
-                self.record(Severity::Error, Target::Source(i), field, e);
+                self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    format!("{e}; snippet ignored"),
+                );
                 continue;
             }
             let origin = if self.inner.sources[i].prefixed {
@@ -775,6 +818,7 @@ impl HookContext {
                 view,
                 trace: self.inner.trace.clone(),
                 facts_read: self.inner.facts_read.clone(),
+                closed: self.inner.closed.clone(),
             }),
         })
     }
@@ -806,6 +850,36 @@ impl HookContext {
                 view,
                 trace: self.inner.trace.clone(),
                 facts_read: self.inner.facts_read.clone(),
+                closed: self.inner.closed.clone(),
+            }),
+        }
+    }
+
+    /// The same context, for settings that guard access: the first value found decides, and
+    /// a bad one is reported with `consequence` (what happens instead, e.g. "everyone gets
+    /// 403 on these routes until it is fixed") rather than skipped. The hook sees `()` and
+    /// denies; `ctx.has(name)` tells a bad value from none.
+    fn fail_closed(&mut self, consequence: &str) -> HookContext {
+        self.fail_closed_on(consequence)
+    }
+
+    fn fail_closed_on(&self, consequence: &str) -> HookContext {
+        let mut view = self.inner.view.clone();
+        view.push(Derive::FailClosed(consequence.to_string()));
+        let i = &self.inner;
+        HookContext {
+            inner: Arc::new(Inner {
+                subject: i.subject.clone(),
+                sources: i.sources.clone(),
+                facts: i.facts.clone(),
+                diagnostics: i.diagnostics.clone(),
+                script: i.script.clone(),
+                snippets: i.snippets,
+                service: i.service.clone(),
+                view,
+                trace: i.trace.clone(),
+                facts_read: i.facts_read.clone(),
+                closed: Some(consequence.into()),
             }),
         }
     }
@@ -948,6 +1022,7 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("snippet", HookContext::get_snippet)
         .register_fn("warn", HookContext::warn)
         .register_fn("without", HookContext::without)
+        .register_fn("fail_closed", HookContext::fail_closed)
         .register_fn("redirect", HookContext::get_redirect)
         .register_fn("samples", HookContext::get_samples)
         .register_fn("acl", HookContext::get_acl)
@@ -1006,6 +1081,75 @@ mod tests {
         }
     }
 
+    /// Through `fail_closed`, the first value found decides: a bad one is reported with the
+    /// consequence and gives `()`, where the plain context skips it for the next source.
+    #[test]
+    fn a_fail_closed_view_does_not_skip_a_bad_value() {
+        let ingress = ValueSource::annotations(
+            ObjectRef::new(Kind::Ingress, &Key::new("ns", "web")),
+            Arc::new(BTreeMap::from([(
+                "haproxy.org/allow-list".to_string(),
+                "banana".to_string(),
+            )])),
+        );
+        let config = ValueSource::config_map(
+            ObjectRef::new(Kind::ConfigMap, &Key::new("ns", "cfg")),
+            Arc::new(BTreeMap::from([(
+                "allow-list".to_string(),
+                "0.0.0.0/0".to_string(),
+            )])),
+        );
+        let mut ctx = HookContext::new(
+            ingress.object.clone(),
+            vec![ingress, config],
+            BTreeMap::new(),
+        );
+        let name = || Dynamic::from("allow-list");
+        assert!(
+            !ctx.get_cidrs(name()).is_unit(),
+            "the plain view falls through"
+        );
+        let plain = ctx.take_diagnostics();
+        assert!(plain[0].message.ends_with("; setting ignored"), "{plain:?}");
+        let mut closed = ctx.fail_closed("everyone gets 403");
+        assert!(closed.get_cidrs(name()).is_unit());
+        assert!(closed.has(name()));
+        let found = ctx.take_diagnostics();
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].severity, Severity::Error);
+        assert_eq!(
+            found[0].field.as_deref(),
+            Some("annotation haproxy.org/allow-list")
+        );
+        assert!(
+            found[0].message.ends_with("; everyone gets 403"),
+            "{found:?}"
+        );
+        // A good first value is taken as usual.
+        let mut only_config = ctx.without("Ingress").fail_closed("everyone gets 403");
+        assert!(!only_config.get_cidrs(name()).is_unit());
+        // A bad value under one prefix falls through to a good one on the same object.
+        let ingress = ValueSource::annotations(
+            ObjectRef::new(Kind::Ingress, &Key::new("ns", "web")),
+            Arc::new(BTreeMap::from([
+                ("portcullis.io/allow-list".to_string(), "banana".to_string()),
+                (
+                    "haproxy.org/whitelist".to_string(),
+                    "10.0.0.0/8".to_string(),
+                ),
+            ])),
+        );
+        let mut ctx = HookContext::new(ingress.object.clone(), vec![ingress], BTreeMap::new())
+            .fail_closed("everyone gets 403");
+        let allow = ctx.get_cidrs(Dynamic::from_array(vec![
+            "allow-list".into(),
+            "whitelist".into(),
+        ]));
+        assert_eq!(allow.into_array().unwrap()[0].to_string(), "10.0.0.0/8");
+        let found = ctx.take_diagnostics();
+        assert!(found[0].message.ends_with("; setting ignored"), "{found:?}");
+    }
+
     /// A replayed read answers what the read made in the derived context (built as
     /// `ctx.service()` and `ctx.without(kind)` build it) answered.
     #[test]
@@ -1052,6 +1196,8 @@ mod tests {
             vec![Derive::Service, without("Service")],
             vec![without("Ingress"), Derive::Service],
             vec![Derive::Service, Derive::Service],
+            vec![Derive::FailClosed("denied".to_string()), Derive::Service],
+            vec![without("Ingress"), Derive::FailClosed("denied".to_string())],
         ];
         let names = vec!["timeout-server".to_string()];
         for ctx in [&with_service, &without_service] {

@@ -25,11 +25,14 @@ use crate::diagnostics::{Diagnostic, Severity};
 use super::Hook;
 use super::context::HookContext;
 
-/// A context derived from the hook's own: `ctx.service()` or `ctx.without(kind)`.
+/// A context derived from the hook's own: `ctx.service()`, `ctx.without(kind)` or
+/// `ctx.fail_closed(consequence)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Derive {
     Service,
     Without(String),
+    /// The same sources; a bad value is not skipped but reported with this consequence.
+    FailClosed(String),
 }
 
 /// One read a hook made, relative to its context.

@@ -98,6 +98,7 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "frontend_snippet" => snippet(value).map(|s| out.frontend_snippet = s),
             "client_ca" => secret(value).map(|s| out.tls.client_ca = Some(s)),
+            "client_ca_invalid" => boolean(value).map(|b| out.tls.client_ca_invalid |= b),
             "client_crt_optional" => boolean(value).map(|b| out.tls.client_crt_optional = b),
             "tls_alpn" => alpn(value).map(|a| out.tls.alpn = Some(a)),
             "client_strict_sni" => boolean(value).map(|b| out.tls.strict_sni = b),
@@ -163,6 +164,8 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
                 .map(|k| out.send_proxy = Some(k)),
             "server_ca" => secret(value).map(|s| out.server_ca = Some(s)),
             "server_crt" => secret(value).map(|s| out.server_crt = Some(s)),
+            // Only ever switched on: one script's bad value is not undone by another's.
+            "server_tls_unusable" => boolean(value).map(|b| out.server_tls_unusable |= b),
             _ => match BACKEND_TIMEOUTS.iter().find(|(k, _)| *k == key) {
                 Some((_, name)) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(name.to_string(), ms);
@@ -195,6 +198,7 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
                 .map(|p| s.path_rewrite = Some(p)),
             "allow_list" => cidrs(value).map(|c| s.allow_list = c),
             "deny_list" => cidrs(value).map(|c| s.deny_list = c),
+            "deny_all" => deny_all(value).map(|d| s.deny_all = Some(d)),
             "basic_auth" => basic_auth(value).map(|a| s.basic_auth = Some(a)),
             "cors" => cors(value).map(|c| s.cors = Some(c)),
             "hsts" => hsts(value).map(|h| s.hsts = Some(h)),
@@ -363,17 +367,7 @@ fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
     let requests = int(field("requests")?, 1, i64::from(i32::MAX))?;
     let period_ms = int(field("period")?, 1, values::MAX_DURATION_MS as i64)?;
     let size = int(field("size")?, 1, 1 << 32)?;
-    let status = int(field("status")?, 100, 599)?;
-    if !values::DENY_STATUS_CODES.contains(&status) {
-        return Err(format!(
-            "status {status} is not one HAProxy can refuse with ({})",
-            values::DENY_STATUS_CODES
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
+    let status = deny_status(int(field("status")?, 100, 599)?)?;
     let whitelist = field("whitelist")?;
     let whitelist = if array(whitelist)?.is_empty() {
         Vec::new()
@@ -384,9 +378,59 @@ fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
         requests: requests as u64,
         period_ms: period_ms as u64,
         size: size_text(size as u64),
-        status: status as u16,
+        status,
         whitelist,
     })
+}
+
+/// `#{status, because}`: every request of the route refused with `status` (one HAProxy can
+/// refuse with), because of the bad values of the settings named in `because` (an array of
+/// setting names).
+fn deny_all(v: &Dynamic) -> Result<crate::model::DenyAll, String> {
+    let map = v
+        .clone()
+        .try_cast::<Map>()
+        .ok_or_else(|| "expected a map #{status, because}".to_string())?;
+    let field = |k: &str| map.get(k).ok_or_else(|| format!("missing {k:?}"));
+    let status = deny_status(int(field("status")?, 100, 599)?)?;
+    let because = array(field("because")?)?
+        .iter()
+        .map(|name| {
+            let name = string(name)?;
+            let plain = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if plain {
+                Ok(name)
+            } else {
+                Err(format!(
+                    "because: {:?} is not a setting name (lowercase letters, digits, -)",
+                    name.chars().take(64).collect::<String>()
+                ))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if because.is_empty() {
+        return Err("because: name the setting whose value refuses the route".to_string());
+    }
+    Ok(crate::model::DenyAll { status, because })
+}
+
+/// A status code HAProxy can refuse with.
+fn deny_status(status: i64) -> Result<u16, String> {
+    if !values::DENY_STATUS_CODES.contains(&status) {
+        return Err(format!(
+            "status {status} is not one HAProxy can refuse with ({})",
+            values::DENY_STATUS_CODES
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(status as u16)
 }
 
 /// `#{secret: "namespace/name" or (), realm}`: basic authentication against the users of a
@@ -608,6 +652,56 @@ mod tests {
             assert_eq!(apply_global(&map, &mut out).len(), 1, "{smuggled:?}");
             assert!(out.syslog_servers.is_empty());
         }
+    }
+
+    /// The fail-closed settings: a route refused whole, a backend without usable TLS, an
+    /// HTTPS bind refusing everyone; each checked, and never switched off by another key.
+    #[test]
+    fn fail_closed_settings_are_parsed_again() {
+        let deny = |status: i64, because: Vec<Dynamic>| {
+            let mut m = Map::new();
+            m.insert("status".into(), status.into());
+            m.insert("because".into(), Dynamic::from_array(because));
+            Dynamic::from_map(m)
+        };
+        let mut map = Map::new();
+        map.insert("deny_all".into(), deny(403, vec!["allow-list".into()]));
+        let mut out = RouteOutcome::default();
+        assert!(apply_route(&map, &mut out).is_empty());
+        let denied = out.settings.deny_all.clone().unwrap();
+        assert_eq!(
+            (denied.status, denied.because),
+            (403, vec!["allow-list".to_string()])
+        );
+        assert!(!out.settings.is_empty(), "a denied route has a policy");
+        for bad in [
+            deny(200, vec!["allow-list".into()]),
+            deny(403, vec![]),
+            deny(403, vec!["allow-list\n  lua-load /x".into()]),
+        ] {
+            let mut map = Map::new();
+            map.insert("deny_all".into(), bad);
+            let mut out = RouteOutcome::default();
+            assert_eq!(apply_route(&map, &mut out).len(), 1);
+            assert!(out.settings.deny_all.is_none());
+        }
+
+        let mut backend = BackendSettings::default();
+        for unusable in [true, false] {
+            let mut map = Map::new();
+            map.insert("server_tls_unusable".into(), unusable.into());
+            assert!(apply_backend(&map, &mut backend).is_empty());
+        }
+        assert!(
+            backend.server_tls_unusable,
+            "a later false does not switch it off"
+        );
+
+        let mut global = GlobalSettings::default();
+        let mut map = Map::new();
+        map.insert("client_ca_invalid".into(), true.into());
+        assert!(apply_global(&map, &mut global).is_empty());
+        assert!(global.tls.client_ca_invalid && global.tls.client_ca.is_none());
     }
 
     #[test]

@@ -115,6 +115,12 @@ impl RenderedConfig {
         }
     }
 
+    /// The sections of haproxy.cfg with their line ranges, so that a line HAProxy names can
+    /// be traced to the proxy (and through the model to the objects) that produced it.
+    pub fn sections(&self) -> Vec<Section> {
+        Section::all(&self.haproxy_cfg())
+    }
+
     /// Writes every file under `dir`, creating subdirectories.
     pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
         for (name, bytes) in self.files.iter() {
@@ -133,6 +139,71 @@ impl RenderedConfig {
             })?;
         }
         Ok(())
+    }
+}
+
+/// One section of haproxy.cfg: its keyword, its name and its lines (1-based, inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub keyword: String,
+    pub name: String,
+    pub first_line: usize,
+    pub last_line: usize,
+}
+
+/// The keywords that open a section (HAProxy's configuration manual, section 2.1 and on).
+const SECTION_KEYWORDS: &[&str] = &[
+    "global",
+    "defaults",
+    "frontend",
+    "backend",
+    "listen",
+    "peers",
+    "userlist",
+    "resolvers",
+    "http-errors",
+    "ring",
+    "cache",
+    "program",
+    "mailers",
+    "log-forward",
+];
+
+impl Section {
+    /// The sections of `cfg`, in order. A section runs until the next one opens.
+    fn all(cfg: &str) -> Vec<Section> {
+        let mut sections: Vec<Section> = Vec::new();
+        let mut last = 0;
+        for (i, line) in cfg.lines().enumerate() {
+            last = i + 1;
+            if line.starts_with(char::is_whitespace) || line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let Some(keyword) = words.next().filter(|w| SECTION_KEYWORDS.contains(w)) else {
+                continue;
+            };
+            if let Some(open) = sections.last_mut() {
+                open.last_line = i;
+            }
+            sections.push(Section {
+                keyword: keyword.to_string(),
+                name: words.next().unwrap_or_default().to_string(),
+                first_line: i + 1,
+                last_line: i + 1,
+            });
+        }
+        if let Some(open) = sections.last_mut() {
+            open.last_line = last;
+        }
+        sections
+    }
+
+    /// The section holding line `line` (1-based).
+    pub fn containing(sections: &[Section], line: usize) -> Option<&Section> {
+        sections
+            .iter()
+            .find(|s| s.first_line <= line && line <= s.last_line)
     }
 }
 

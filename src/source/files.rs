@@ -1,7 +1,9 @@
 //! The files source: every `*.yaml`, `*.yml` and `*.json` document under a directory.
 //!
 //! This is how Portcullis runs with no cluster. A malformed document is reported with its file
-//! and document index; every other document still loads.
+//! and document index; every other document still loads. While a file holds a document that
+//! does not parse, the objects it last produced stay in force (last good input): a typo never
+//! takes routes away.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -43,7 +45,62 @@ pub fn check_dir(dir: &Path) -> Result<(), FilesError> {
 }
 
 /// One document's outcome: (document index, object or why not).
-type Parsed = Vec<(usize, Result<(Kind, Key, Object), String>)>;
+type Document = (usize, Result<(Kind, Key, Object), String>);
+
+/// What one file yields: each document's outcome, and what it keeps of its last read.
+#[derive(Debug, Default)]
+struct Parsed {
+    /// (document index, object or why not), in file order.
+    documents: Vec<Document>,
+    /// While some document does not parse: the objects the file produced when it was last
+    /// read that its documents no longer define, with their document index then. A file with a
+    /// broken document can still add and change objects, but removes none until it parses
+    /// whole again (or is removed). Kept by kind and key, not by document index: an edit that
+    /// adds or removes a document moves the indexes, and a broken document's key is unknown,
+    /// while a key is never kept beside a document that defines it now.
+    kept: Vec<(usize, Kind, Key, Object)>,
+}
+
+impl Parsed {
+    /// Every object the file stands for: its documents' and the kept ones, with their indexes.
+    fn objects(&self) -> impl Iterator<Item = (usize, Kind, &Key, &Object)> {
+        let parsed = self.documents.iter().filter_map(|(index, outcome)| {
+            outcome
+                .as_ref()
+                .ok()
+                .map(|(kind, key, object)| (*index, *kind, key, object))
+        });
+        let kept = self
+            .kept
+            .iter()
+            .map(|(index, kind, key, object)| (*index, *kind, key, object));
+        parsed.chain(kept)
+    }
+
+    fn has_errors(&self) -> bool {
+        self.documents.iter().any(|(_, outcome)| outcome.is_err())
+    }
+
+    /// `self` as the next read of a file that last stood for `previous`: while some document
+    /// does not parse, the objects of `previous` that no document defines now are kept.
+    fn keeping_last_good(mut self, previous: Option<&Parsed>) -> Self {
+        let Some(previous) = previous.filter(|_| self.has_errors()) else {
+            return self;
+        };
+        let defined: std::collections::HashSet<(Kind, &Key)> = self
+            .documents
+            .iter()
+            .filter_map(|(_, outcome)| outcome.as_ref().ok().map(|(kind, key, _)| (*kind, key)))
+            .collect();
+        let kept: Vec<_> = previous
+            .objects()
+            .filter(|(_, kind, key, _)| !defined.contains(&(*kind, *key)))
+            .map(|(index, kind, key, object)| (index, kind, key.clone(), object.clone()))
+            .collect();
+        self.kept = kept;
+        self
+    }
+}
 
 /// The parsed documents of each file, by a fingerprint of its content: `run` reads the whole
 /// directory on every change, and a file whose bytes did not change is not parsed again. A
@@ -268,19 +325,34 @@ fn read_files(dir: &Path, cache: &ParseCache) -> Result<(Vec<ReadFile>, Diagnost
         let text = match std::fs::read_to_string(&file) {
             Ok(t) => t,
             Err(e) => {
+                // A file that exists but cannot be read keeps what it last stood for.
+                let kept = cached.get(&file).map(|entry| entry.parsed.clone());
+                let message = match kept {
+                    Some(_) => format!(
+                        "cannot read: {e}; the objects it last produced stay in force until it can be read"
+                    ),
+                    None => format!("cannot read: {e}"),
+                };
                 diagnostics.push(Diagnostic {
                     severity: Severity::Error,
-                    subject: Subject::File { file: display },
+                    subject: Subject::File {
+                        file: display.clone(),
+                    },
                     field: None,
-                    message: format!("cannot read: {e}"),
+                    message,
                 });
+                if let Some(parsed) = kept {
+                    files.push((file, display, parsed));
+                }
                 continue;
             }
         };
         let fingerprint = crate::fingerprint::of_bytes(text.as_bytes());
         let parsed = match cached.get(&file) {
             Some(entry) if entry.fingerprint == fingerprint => entry.parsed.clone(),
-            _ => Arc::new(parse_file(&file, &text)),
+            previous => {
+                Arc::new(parse_file(&file, &text).keeping_last_good(previous.map(|e| &*e.parsed)))
+            }
         };
         let stamp = metadata
             .as_ref()
@@ -343,14 +415,11 @@ impl Definitions {
             let Some(parsed) = self.files.remove(&path) else {
                 continue;
             };
-            for (_, outcome) in parsed.iter() {
-                let Ok((kind, key, _)) = outcome else {
-                    continue;
-                };
-                if let Some(list) = self.by_key.get_mut(&(*kind, key.clone())) {
+            for (_, kind, key, _) in parsed.objects() {
+                if let Some(list) = self.by_key.get_mut(&(kind, key.clone())) {
                     list.retain(|d| *d.path != *path);
                 }
-                touched.insert((*kind, key.clone()));
+                touched.insert((kind, key.clone()));
             }
         }
         for (path, display, parsed) in files {
@@ -359,24 +428,21 @@ impl Definitions {
             }
             let (shared_path, shared_display): (Arc<Path>, Arc<str>) =
                 (Arc::from(path.as_path()), Arc::from(display.as_str()));
-            for (index, outcome) in parsed.iter() {
-                let Ok((kind, key, object)) = outcome else {
-                    continue;
-                };
-                let list = self.by_key.entry((*kind, key.clone())).or_default();
+            for (index, kind, key, object) in parsed.objects() {
+                let list = self.by_key.entry((kind, key.clone())).or_default();
                 // Nearly every object is defined once: no room for four (a push's first growth).
                 list.reserve_exact(1);
-                let at = list.partition_point(|d| (&*d.path, d.index) < (path.as_path(), *index));
+                let at = list.partition_point(|d| (&*d.path, d.index) < (path.as_path(), index));
                 list.insert(
                     at,
                     Definition {
                         path: shared_path.clone(),
                         display: shared_display.clone(),
-                        index: *index,
+                        index,
                         object: object.clone(),
                     },
                 );
-                touched.insert((*kind, key.clone()));
+                touched.insert((kind, key.clone()));
             }
             self.files.insert(path.clone(), parsed.clone());
         }
@@ -409,15 +475,12 @@ impl Definitions {
     fn winners(&self, files: &[ReadFile]) -> Vec<Object> {
         let mut out = Vec::with_capacity(self.by_key.len());
         for (path, _, parsed) in files {
-            for (index, outcome) in parsed.iter() {
-                let Ok((kind, key, object)) = outcome else {
-                    continue;
-                };
+            for (index, kind, key, object) in parsed.objects() {
                 let wins = self.twice.is_empty()
-                    || !self.twice.contains(&(*kind, key.clone()))
-                    || self.by_key[&(*kind, key.clone())]
+                    || !self.twice.contains(&(kind, key.clone()))
+                    || self.by_key[&(kind, key.clone())]
                         .last()
-                        .is_some_and(|d| *d.path == **path && d.index == *index);
+                        .is_some_and(|d| *d.path == **path && d.index == index);
                 if wins {
                     out.push(object.clone());
                 }
@@ -426,14 +489,18 @@ impl Definitions {
         out
     }
 
-    /// The documents of `files` that are not objects, and the objects defined twice.
+    /// The documents of `files` that are not objects, the objects kept from a file's last
+    /// read, and the objects defined twice.
     fn diagnostics(&self, files: &[ReadFile]) -> Diagnostics {
         let mut out = Diagnostics::default();
         for (_, display, parsed) in files {
-            for (index, outcome) in parsed.iter() {
+            for (index, outcome) in &parsed.documents {
                 if let Err(reason) = outcome {
                     out.push(document_error(display, *index, reason.clone()));
                 }
+            }
+            if !parsed.kept.is_empty() {
+                out.push(kept_notice(display, &parsed.kept));
             }
         }
         for entry in &self.twice {
@@ -481,7 +548,36 @@ fn parse_file(file: &Path, text: &str) -> Parsed {
     });
     // Kept as long as the file is unchanged: without the growth's spare room (up to half).
     out.shrink_to_fit();
-    out
+    Parsed {
+        documents: out,
+        kept: Vec::new(),
+    }
+}
+
+/// How many kept objects a notice names; the rest are counted.
+const KEPT_NAMED: usize = 5;
+
+/// The error saying which objects a file with a broken document still stands for.
+fn kept_notice(file: &str, kept: &[(usize, Kind, Key, Object)]) -> Diagnostic {
+    let mut named: Vec<String> = kept
+        .iter()
+        .take(KEPT_NAMED)
+        .map(|(_, _, _, object)| object.object_ref().to_string())
+        .collect();
+    if kept.len() > KEPT_NAMED {
+        named.push(format!("and {} more", kept.len() - KEPT_NAMED));
+    }
+    Diagnostic {
+        severity: Severity::Error,
+        subject: Subject::File {
+            file: file.to_string(),
+        },
+        field: None,
+        message: format!(
+            "a document does not parse: the objects it last produced stay in force until it does ({})",
+            named.join(", ")
+        ),
+    }
 }
 
 fn document_error(file: &str, index: usize, message: String) -> Diagnostic {
@@ -527,8 +623,10 @@ fn is_manifest(path: &Path) -> bool {
     )
 }
 
-/// Gives each document of a file to `each`, in order, one at a time. A YAML syntax error ends
-/// the file at that document; the documents before it still load.
+/// Gives each document of a file to `each`, in order, one at a time. A YAML file is split
+/// into documents at its marker lines first ([`yaml_documents`]) and each is parsed on its
+/// own, so a syntax error costs only its document. JSON has no markers: a syntax error ends a
+/// JSON file at that document, and the documents before it still load.
 fn for_each_document(
     path: &Path,
     text: &str,
@@ -545,15 +643,84 @@ fn for_each_document(
         }
         return;
     }
-    for de in serde_yaml::Deserializer::from_str(text) {
-        match <serde_yaml::Value as serde::Deserialize>::deserialize(de) {
-            Ok(v) => each(yaml_to_json(v)),
-            Err(e) => {
-                each(Err(e.to_string()));
-                break;
+    for (first_line, piece) in yaml_documents(text) {
+        for de in serde_yaml::Deserializer::from_str(piece) {
+            match <serde_yaml::Value as serde::Deserialize>::deserialize(de) {
+                Ok(v) => each(yaml_to_json(v)),
+                Err(e) => {
+                    each(Err(yaml_error(&e, first_line)));
+                    break;
+                }
             }
         }
     }
+}
+
+/// A YAML stream cut into its documents: (the 0-based line each starts at, its text). YAML
+/// ends a document at a line that starts with `---` or `...` followed by a space, a tab or
+/// the end of the line, wherever it is (inside a scalar too: such a line is forbidden
+/// there). A `---` line begins the next document and stays with it (it may carry content);
+/// a `...` line stays with the document it ends. Directive lines (`%YAML`) before a `---`
+/// go with the document they precede.
+fn yaml_documents(text: &str) -> Vec<(usize, &str)> {
+    let marker = |line: &str, m: &str| {
+        line.strip_prefix(m)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r', '\n']))
+    };
+    let mut pieces = Vec::new();
+    // The current piece: its byte offset and first line, and whether it holds only
+    // directives, comments and blank lines so far.
+    let (mut start, mut start_line, mut only_preamble) = (0, 0, true);
+    let mut offset = 0;
+    for (number, line) in text.split_inclusive('\n').enumerate() {
+        let line_start = offset;
+        offset += line.len();
+        let body = line.strip_prefix('\u{feff}').unwrap_or(line);
+        if marker(body, "---") {
+            // A preamble of directives or comments belongs to this document.
+            if line_start > start && !only_preamble {
+                pieces.push((start_line, &text[start..line_start]));
+                (start, start_line) = (line_start, number);
+            }
+            only_preamble = false;
+        } else if marker(body, "...") {
+            pieces.push((start_line, &text[start..offset]));
+            (start, start_line, only_preamble) = (offset, number + 1, true);
+        } else if only_preamble {
+            let trimmed = body.trim();
+            if !(trimmed.is_empty() || trimmed.starts_with('#') || body.starts_with('%')) {
+                only_preamble = false;
+            }
+        }
+    }
+    if start < text.len() {
+        pieces.push((start_line, &text[start..]));
+    }
+    pieces
+}
+
+/// A YAML error in a document that starts at `first_line` of its file, with the file's line
+/// numbers: every `line N` of the message (the error's, and the construct it was parsing) is
+/// moved by `first_line`.
+fn yaml_error(e: &serde_yaml::Error, first_line: usize) -> String {
+    let message = e.to_string();
+    if first_line == 0 {
+        return message;
+    }
+    let mut out = String::with_capacity(message.len() + 8);
+    let mut rest = message.as_str();
+    while let Some(at) = rest.find("line ") {
+        let (before, after) = rest.split_at(at + "line ".len());
+        out.push_str(before);
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        match after[..digits].parse::<usize>() {
+            Ok(n) => out.push_str(&(n + first_line).to_string()),
+            Err(_) => out.push_str(&after[..digits]),
+        }
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn yaml_to_json(v: serde_yaml::Value) -> Result<serde_json::Value, String> {
@@ -779,6 +946,144 @@ mod tests {
         }
         assert!(!cache.unsettled());
         assert_eq!(names(), ["a3", "b2"]);
+    }
+
+    /// YAML's document markers, wherever they are, and only they, cut a stream.
+    #[test]
+    fn yaml_streams_are_cut_at_their_marker_lines() {
+        let starts = |text: &str| -> Vec<usize> {
+            yaml_documents(text).iter().map(|(line, _)| *line).collect()
+        };
+        // A leading comment and a directive go with the first document.
+        assert_eq!(starts("# c\n%YAML 1.2\n---\na: 1\n---\nb: 2\n"), [0, 4]);
+        // `---` followed by content, `...` ending a document, a marker not followed by a
+        // blank (`----`, `---x`) and one indented inside a block scalar are no cuts.
+        let text = "--- {a: 1}\nb: |\n  ---\n  ----\n...\n----: x\n---x: y\n";
+        assert_eq!(starts(text), [0, 5]);
+        let pieces = yaml_documents(text);
+        assert_eq!(pieces[0].1, "--- {a: 1}\nb: |\n  ---\n  ----\n...\n");
+        assert_eq!(yaml_documents(""), []);
+        assert_eq!(starts("a: 1\r\n---\r\nb: 2"), [0, 1]);
+    }
+
+    /// One document with a YAML syntax error costs only itself, and is reported with its
+    /// index and the file's line number.
+    #[test]
+    fn a_syntax_error_costs_only_its_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = |name: &str| {
+            format!("apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n")
+        };
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            format!(
+                "{}---\nkind: Service\nmetadata: {{name: [x\n---\n{}",
+                service("a"),
+                service("c")
+            ),
+        )
+        .unwrap();
+        let loaded = load_dir(dir.path()).unwrap();
+        let names: Vec<_> = loaded.objects.iter().map(|o| o.key().name).collect();
+        assert_eq!(names, ["a", "c"]);
+        let diags: Vec<_> = loaded
+            .diagnostics
+            .into_sorted()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 2): "),
+            "{diags:?}"
+        );
+        // The error is on the file's line 6 or 7 (the flow sequence left open), not the
+        // document's.
+        assert!(
+            diags[0].contains("at line 6") || diags[0].contains("at line 7"),
+            "{diags:?}"
+        );
+    }
+
+    /// Under `run`, a file that stops parsing keeps the objects it last produced: one broken
+    /// document keeps its object, the others still change; a file broken whole keeps them
+    /// all, with errors naming the file and document; parsing again, it removes what it no
+    /// longer defines; removed, its objects go.
+    #[test]
+    fn a_broken_file_keeps_its_last_good_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = vouching_at_once();
+        let mut store = Store::new();
+        let doc = |name: &str, port: u16| {
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n\
+                 spec: {{ports: [{{port: {port}}}]}}\n---\n"
+            )
+        };
+        let path = dir.path().join("a.yaml");
+        let mut sync = |text: String| -> (Vec<(String, i64)>, Vec<String>) {
+            std::fs::write(&path, text).unwrap();
+            let diags = sync_dir(dir.path(), &cache, &mut store).unwrap();
+            let held: Vec<(String, i64)> = ["a", "b", "c"]
+                .iter()
+                .filter_map(|name| {
+                    let service = store.service(&Key::new("ns", *name))?;
+                    Some((name.to_string(), i64::from(service.ports[0].port)))
+                })
+                .collect();
+            let diags = diags
+                .into_sorted()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            (held, diags)
+        };
+        let held = |list: &[(&str, i64)]| -> Vec<(String, i64)> {
+            list.iter().map(|(n, p)| (n.to_string(), *p)).collect()
+        };
+        let (objects, diags) = sync(doc("a", 1) + doc("b", 1).as_str() + doc("c", 1).as_str());
+        assert_eq!(objects, held(&[("a", 1), ("b", 1), ("c", 1)]));
+        assert!(diags.is_empty(), "{diags:?}");
+        // b's document breaks while a changes and c goes: b stays as it was, a changes, c
+        // (no longer defined, but the file does not parse) stays too.
+        let (objects, diags) = sync(doc("a", 2) + "kind: Service\nmetadata: {name: [b\n---\n");
+        assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
+        assert_eq!(diags.len(), 2, "{diags:?}");
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 2): "),
+            "{diags:?}"
+        );
+        assert!(
+            diags[1].starts_with("error: a.yaml: a document does not parse")
+                && diags[1].contains("Service ns/b")
+                && diags[1].contains("Service ns/c"),
+            "{diags:?}"
+        );
+        // The whole file broken: everything stays; a document whose object does not parse
+        // keeps its object too.
+        let (objects, _) = sync(": [\n".to_string());
+        assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
+        let (objects, diags) = sync(
+            "apiVersion: v1\nkind: Service\nmetadata: {name: 'Bad Name', namespace: ns}\n".into(),
+        );
+        assert_eq!(objects, held(&[("a", 2), ("b", 1), ("c", 1)]));
+        assert!(
+            diags[0].starts_with("error: a.yaml (document 1)"),
+            "{diags:?}"
+        );
+        // Parsing again, the file stands for what it holds.
+        let (objects, diags) = sync(doc("b", 3));
+        assert_eq!(objects, held(&[("b", 3)]));
+        assert!(diags.is_empty(), "{diags:?}");
+        // A fresh read (`render`, `check`) has no last good input.
+        std::fs::write(&path, doc("a", 4) + ": [\n").unwrap();
+        let fresh = load_dir(dir.path()).unwrap();
+        assert_eq!(fresh.objects.len(), 1);
+        // Removed, the file's objects go.
+        std::fs::remove_file(&path).unwrap();
+        let diags = sync_dir(dir.path(), &cache, &mut store).unwrap();
+        assert!(diags.is_empty());
+        assert_eq!(store.len(), 0);
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub struct TranslateConfig {
     /// Threads that translate Ingresses and assemble backends ahead when a run has many
     /// (see [`crate::parallel`]). The output is the same for any.
     pub workers: crate::parallel::Workers,
+    /// `--host-ownership`: whether a host belongs to the namespace of its oldest Ingress.
+    pub host_ownership: class::HostOwnership,
 }
 
 impl Default for TranslateConfig {
@@ -87,6 +89,7 @@ impl Default for TranslateConfig {
             errorfiles_config_map: None,
             tcp_services_config_map: None,
             workers: crate::parallel::Workers::default(),
+            host_ownership: class::HostOwnership::default(),
         }
     }
 }
@@ -276,6 +279,10 @@ pub fn translate<'a>(
         ),
         _ => parts::IngressOrder::new(store.ingresses(), |i| filter.accepts(i)),
     };
+    if config.host_ownership == class::HostOwnership::Namespace {
+        let ingresses = order.iter().map(|o| (&o.key, &*o.ingress));
+        t.owners = Some(Arc::new(class::HostOwners::new(ingresses)));
+    }
     let mut ahead = t.translate_ahead(&order);
     for (rank, ordered) in order.iter().enumerate() {
         let part = ahead.get_mut(rank).and_then(Option::take);
@@ -364,6 +371,11 @@ struct Translator<'a> {
     tls_same: bool,
     /// The crt-list lines of the Ingress parts so far, repeats included.
     tls_entries_from_parts: usize,
+    /// Under `--host-ownership=namespace`, the namespace each host belongs to.
+    owners: Option<Arc<class::HostOwners>>,
+    /// The hosts this fork's Ingress named, each with the namespace it was refused for (see
+    /// [`parts::IngressPart::host_verdicts`]).
+    host_verdicts: Vec<(String, Option<Arc<str>>)>,
 }
 
 impl<'a> Translator<'a> {
@@ -478,25 +490,28 @@ impl<'a> Translator<'a> {
         field: &str,
     ) -> Option<String> {
         let (key, resolved, _) =
-            self.resolve_ingress_backend(ingress, backend, || field.to_string())?;
+            self.resolve_ingress_backend(ingress, backend, || field.to_string(), "route skipped")?;
         Some(self.register_backend(&key, resolved, Some((ingress.clone(), annotations.clone()))))
     }
 
     /// The Service and port an Ingress backend reference names, without registering a
     /// backend; problems are reported against `field()` (made only for a report: a cold
-    /// run resolves tens of thousands of paths).
+    /// run resolves tens of thousands of paths), ending with `consequence`.
     fn resolve_ingress_backend(
         &mut self,
         ingress: &ObjectRef,
         backend: &IngressBackend,
         field: impl Fn() -> String,
+        consequence: &str,
     ) -> Option<(Key, ResolvedPort, &'a Arc<Service>)> {
         let Some(svc) = &backend.service else {
             self.diags.object(
                 Severity::Error,
                 ingress,
                 field(),
-                "only Service backends are supported (resource backends are not)",
+                format!(
+                    "only Service backends are supported (resource backends are not); {consequence}"
+                ),
             );
             return None;
         };
@@ -506,7 +521,7 @@ impl<'a> Translator<'a> {
                 Severity::Error,
                 ingress,
                 format!("{}.service.name", field()),
-                format!("Service {key} does not exist; route skipped"),
+                format!("Service {key} does not exist; {consequence}"),
             );
             return None;
         };
@@ -518,7 +533,7 @@ impl<'a> Translator<'a> {
                     Severity::Error,
                     ingress,
                     format!("{}.service.port", field()),
-                    format!("Service {key}: {e}; route skipped"),
+                    format!("Service {key}: {e}; {consequence}"),
                 );
                 None
             }
@@ -622,6 +637,8 @@ impl<'a> Translator<'a> {
             prior_registrations: None,
             tls_same: prior.is_some_and(|p| p.parts.tls.is_some()),
             tls_entries_from_parts: 0,
+            owners: None,
+            host_verdicts: Vec::new(),
         }
     }
 
@@ -630,6 +647,7 @@ impl<'a> Translator<'a> {
     fn fork(&self) -> Translator<'a> {
         Translator {
             config_map: self.config_map.clone(),
+            owners: self.owners.clone(),
             ..Translator::new(
                 self.store,
                 self.memo,
@@ -662,11 +680,7 @@ impl<'a> Translator<'a> {
         let to_translate: Vec<(usize, &Key, &Arc<Ingress>)> = order
             .iter()
             .enumerate()
-            .filter(|(rank, o)| {
-                self.prior
-                    .and_then(|prior| prior.ingress(*rank, &o.ingress))
-                    .is_none()
-            })
+            .filter(|(rank, o)| self.prior_ingress(*rank, &o.key, &o.ingress).is_none())
             .map(|(rank, o)| (rank, &o.key, &o.ingress))
             .collect();
         if !self.config.workers.spread(to_translate.len()) {
@@ -703,25 +717,22 @@ impl<'a> Translator<'a> {
             self.ingress_default_backend(key, ingress, default);
         }
         let taken = self
-            .prior
-            .and_then(|prior| prior.ingress(rank, ingress))
+            .prior_ingress(rank, key, ingress)
             .filter(|part| self.policy.charge(part.operations))
             .map(|part| {
                 if part.rank != rank {
                     // Its claims and registrations in the last run's order are at another
-                    // rank.
+                    // rank, and so are its HTTPS claims in the last run's (the part now at
+                    // its old rank may contribute something else).
                     self.prior_claims = None;
                     self.prior_registrations = None;
+                    self.tls_same = false;
                 }
                 part.at_rank(rank)
             });
         let (part, keep) = match taken {
             Some(part) => {
                 self.kept.ingresses_taken += 1;
-                if part.rank != rank {
-                    // Its claims carry the old rank.
-                    self.tls_same = false;
-                }
                 (part, true)
             }
             None => {
@@ -739,6 +750,26 @@ impl<'a> Translator<'a> {
         debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
         self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
+    }
+
+    /// The last run's part of this very Ingress object, when the hosts it names still belong
+    /// where they did then (`--host-ownership=namespace`: an older Ingress may have come or
+    /// gone).
+    fn prior_ingress(
+        &self,
+        rank: usize,
+        key: &Key,
+        ingress: &Arc<Ingress>,
+    ) -> Option<&'a Arc<parts::IngressPart>> {
+        let part = self.prior?.ingress(rank, ingress)?;
+        let holds = |(host, owner): &(String, Option<Arc<str>>)| {
+            let now = self
+                .owners
+                .as_ref()
+                .and_then(|o| o.foreign(host, &key.namespace));
+            now == owner.as_ref()
+        };
+        part.host_verdicts.iter().all(holds).then_some(part)
     }
 
     /// An Ingress' part, translated by a fork.
@@ -818,6 +849,7 @@ impl<'a> Translator<'a> {
             redirects: shrunk(self.redirects),
             tls_entries: shrunk(self.tls_entries),
             passthrough: self.passthrough,
+            host_verdicts: self.host_verdicts,
             backends: self
                 .backends
                 .into_iter()
@@ -900,6 +932,8 @@ impl<'a> Translator<'a> {
         // Ingress mostly name one or two.
         let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
         let mut hosts = BTreeSet::new();
+        // The hosts the rules route: the only ones the TLS entries may speak for.
+        let mut routed = tls_edge::RoutedHosts::default();
         for (i, rule) in spec.rules.iter().flatten().enumerate() {
             let host = match rule.host.as_deref() {
                 None | Some("") => String::new(),
@@ -923,6 +957,24 @@ impl<'a> Translator<'a> {
                     continue;
                 }
                 hosts.insert(host.clone());
+            }
+            if let Some(owners) = &self.owners {
+                let owner = owners.foreign(&host, &key.namespace).cloned();
+                if !self.host_verdicts.iter().any(|(h, _)| *h == host) {
+                    self.host_verdicts.push((host.clone(), owner.clone()));
+                }
+                if let Some(owner) = owner {
+                    self.diags.object(
+                        Severity::Error,
+                        &object,
+                        format!("spec.rules[{i}].host"),
+                        format!(
+                            "{} belongs to namespace {owner}, whose Ingress for it is older (--host-ownership=namespace); rule refused",
+                            routes::host_name(&host)
+                        ),
+                    );
+                    continue;
+                }
             }
             let Some(http) = &rule.http else { continue };
             for (j, path) in http.paths.iter().enumerate() {
@@ -953,35 +1005,63 @@ impl<'a> Translator<'a> {
                         continue;
                     }
                 };
-                let Some((service_key, resolved, service)) =
-                    self.resolve_ingress_backend(&object, &path.backend, || {
-                        format!("{field}.backend")
-                    })
-                else {
-                    continue;
-                };
+                let target = self.resolve_ingress_backend(
+                    &object,
+                    &path.backend,
+                    || format!("{field}.backend"),
+                    "the path answers 503",
+                );
                 let facts = BTreeMap::from([
                     ("host", host.clone()),
                     ("path", parsed.clone()),
                     ("path_type", kind.as_str().to_string()),
                 ]);
-                let ctx = HookContext::new(object.clone(), sources.clone(), facts)
-                    .with_snippets(self.config.snippets)
-                    .with_service(
-                        match service_sources.iter().find(|(k, _)| *k == service_key) {
+                let mut ctx = HookContext::new(object.clone(), sources.clone(), facts)
+                    .with_snippets(self.config.snippets);
+                if let Some((service_key, _, service)) = &target {
+                    ctx = ctx.with_service(
+                        match service_sources.iter().find(|(k, _)| k == service_key) {
                             Some((_, source)) => source.clone(),
                             None => {
-                                let source = Self::service_source(&service_key, service);
+                                let source = Self::service_source(service_key, service);
                                 service_sources.push((service_key.clone(), source.clone()));
                                 source
                             }
                         },
                     );
+                }
                 let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                let Some((service_key, resolved, _)) = target else {
+                    // The path keeps its keys and answers 503 (the error above says why):
+                    // falling through would serve another route's backend. An ssl-passthrough
+                    // path makes no HTTP route either way.
+                    if outcome.ssl_passthrough != Some(true) {
+                        let decision = (
+                            outcome.ssl_redirect.unwrap_or(false),
+                            outcome.ssl_redirect_code.unwrap_or(302),
+                        );
+                        redirect_by_host.entry(host.clone()).or_insert(decision);
+                        first_redirect.get_or_insert(decision);
+                        routed.insert(&host);
+                        self.routes.push(RouteCandidate {
+                            host: host.clone(),
+                            path: parsed,
+                            kind,
+                            value: routes::UNAVAILABLE_BACKEND.into(),
+                            rank,
+                            ingress: route_object.clone(),
+                            field,
+                            canary: None,
+                        });
+                    }
+                    continue;
+                };
                 // ssl-passthrough: the host goes to the Service's TCP backend by SNI; the
                 // path makes no HTTP route.
                 if outcome.ssl_passthrough == Some(true) {
-                    self.passthrough_route(&host, service_key, resolved, rank, &object, field);
+                    if self.passthrough_route(&host, service_key, resolved, rank, &object, field) {
+                        routed.insert(&host);
+                    }
                     continue;
                 }
                 // standalone-backend: this Ingress gets a backend of its own for the Service.
@@ -1009,6 +1089,7 @@ impl<'a> Translator<'a> {
                 );
                 redirect_by_host.entry(host.clone()).or_insert(decision);
                 first_redirect.get_or_insert(decision);
+                routed.insert(&host);
                 let canary = outcome.route_acl.clone().map(Box::new);
                 let value = if outcome.settings.is_empty() {
                     backend.clone()
@@ -1037,17 +1118,23 @@ impl<'a> Translator<'a> {
 
         for (i, entry) in spec.tls.iter().flatten().enumerate() {
             let field = format!("spec.tls[{i}]");
-            let mut hosts = Vec::new();
-            for (h, host) in entry.hosts.iter().flatten().enumerate() {
-                match values::parse_host(host) {
-                    Ok(host) => hosts.push(host),
-                    Err(e) => self.diags.object(
-                        Severity::Error,
-                        &object,
-                        format!("{field}.hosts[{h}]"),
-                        format!("{e}; host skipped"),
-                    ),
-                }
+            let owners = self.owners.clone();
+            let foreign = |host: &str| {
+                owners
+                    .as_deref()
+                    .and_then(|o| o.foreign(host, &key.namespace))
+                    .map(|owner| &**owner)
+            };
+            let hosts = tls_edge::entry_hosts(
+                entry.hosts.as_deref(),
+                i,
+                &routed,
+                foreign,
+                &object,
+                &mut self.diags,
+            );
+            if hosts.is_empty() {
+                continue;
             }
             let Some(secret_name) = entry.secret_name.as_deref().filter(|s| !s.is_empty()) else {
                 self.diags.object(
@@ -1062,8 +1149,6 @@ impl<'a> Translator<'a> {
             let secret_key = Key::new(key.namespace.clone(), secret_name);
             match self.certificate(&secret_key) {
                 Ok(path) => {
-                    hosts.sort();
-                    hosts.dedup();
                     self.tls_entries.push(CrtListEntry {
                         path,
                         sni: hosts.clone(),
@@ -1089,7 +1174,12 @@ impl<'a> Translator<'a> {
         object: &ObjectRef,
     ) {
         for host in hosts {
-            let decision = by_host.get(host).copied().or(first);
+            // A host routed by a wildcard rule follows that rule's first route.
+            let wildcard = || {
+                let (_, rest) = host.split_once('.')?;
+                by_host.get(&format!("*.{rest}")).copied()
+            };
+            let decision = by_host.get(host).copied().or_else(wildcard).or(first);
             if let Some((true, code)) = decision {
                 self.redirects.push(RedirectClaim {
                     host: host.clone(),
@@ -1176,7 +1266,7 @@ impl<'a> Translator<'a> {
     }
 
     /// `ssl-passthrough` for the rule's host: only a host name (a TLS server name) can be
-    /// passed through.
+    /// passed through. Whether the host got a claim.
     fn passthrough_route(
         &mut self,
         host: &str,
@@ -1185,7 +1275,7 @@ impl<'a> Translator<'a> {
         rank: usize,
         ingress: &ObjectRef,
         field: String,
-    ) {
+    ) -> bool {
         if host.is_empty() || host.starts_with("*.") {
             self.diags.object(
                 Severity::Warning,
@@ -1193,7 +1283,7 @@ impl<'a> Translator<'a> {
                 field,
                 "ssl-passthrough needs a rule with a host name (no wildcard): TLS connections are chosen by their exact server name; path skipped",
             );
-            return;
+            return false;
         }
         let backend = format!("tcp_{}_{}_{}", service.namespace, service.name, port.number);
         self.passthrough.push(tls_edge::PassthroughClaim {
@@ -1204,6 +1294,7 @@ impl<'a> Translator<'a> {
             ingress: ingress.clone(),
             field,
         });
+        true
     }
 
     /// The default certificate from the ConfigMap's `field`; problems are reported on the
@@ -1280,7 +1371,7 @@ impl<'a> Translator<'a> {
             Some(claims) => claims.patch(&groups, &self.replaced_ranks),
             None => routes::SortedClaims::new(&groups),
         };
-        let (mut maps, host_kinds) = routes::build_maps(&groups, &claims, &mut self.diags);
+        let (mut maps, needs) = routes::build_maps(&groups, &claims, &mut self.diags);
         self.kept.claims = Some(claims);
         let mut redirect_codes = Vec::new();
         if let Some(redirects) = &redirect_map {
@@ -1307,6 +1398,14 @@ impl<'a> Translator<'a> {
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
+        // A `client-ca` that is not even a Secret reference refuses like an unusable Secret
+        // (the global hook reported it on the ConfigMap).
+        let client_ca_invalid = global_tls
+            .client_ca_invalid
+            .then(|| crate::model::ClientAuth {
+                ca_file: None,
+                verify: "required".to_string(),
+            });
         let client_auth = global_tls.client_ca.as_deref().map(|reference| {
             let verify = if global_tls.client_crt_optional {
                 "optional"
@@ -1338,6 +1437,7 @@ impl<'a> Translator<'a> {
                 }
             }
         });
+        let client_auth = client_auth.or(client_ca_invalid);
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
             tcp_backends.push(Arc::new(self.backend(name, build)));
@@ -1381,9 +1481,10 @@ impl<'a> Translator<'a> {
             frontend_rules: crate::model::FrontendRules {
                 captures: std::mem::take(&mut self.captures),
                 canaries,
-                wildcard_hosts: host_kinds.wildcard,
-                hostless_routes: host_kinds.none,
+                wildcard_hosts: needs.wildcard,
+                hostless_routes: needs.none,
                 route_policies,
+                unavailable_routes: needs.unavailable,
             },
             redirect_codes,
             backends,

@@ -36,6 +36,10 @@ pub struct IngressPart {
     pub(super) redirects: Vec<RedirectClaim>,
     pub(super) tls_entries: Vec<CrtListEntry>,
     pub(super) passthrough: Vec<PassthroughClaim>,
+    /// Under `--host-ownership=namespace`, each host the rules name and the namespace it
+    /// belonged to when it was refused (`None`: it was this Ingress' own). The part is taken
+    /// again only while every verdict holds.
+    pub(super) host_verdicts: Vec<(String, Option<Arc<str>>)>,
     /// Shared with the backend parts made from them: a backend registered once is looked
     /// up by the address of its registration.
     pub(super) backends: Vec<Arc<Registration>>,

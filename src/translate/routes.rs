@@ -5,6 +5,10 @@
 //! so `/foobar` does not match. ImplementationSpecific paths are plain string prefixes.
 //! Where two routes produce the same key, the more specific kind wins, then the older Ingress;
 //! the loser is reported.
+//!
+//! A path whose Service (or Service port) does not exist keeps its place: it claims its keys
+//! like any other, with [`UNAVAILABLE_BACKEND`] as the value, so that its requests answer 503
+//! instead of falling through to a shorter prefix of the host (another backend's content).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -14,6 +18,11 @@ use sha2::{Digest, Sha256};
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{AclCondition, CanaryRoute, MapEntry, RouteMaps, same_str};
 use crate::objects::ObjectRef;
+
+/// The built-in backend that answers 503, the map value of a path whose Service or Service
+/// port does not exist (or that names a resource backend). No Service backend can be named
+/// so: their names end with a port number.
+pub const UNAVAILABLE_BACKEND: &str = "portcullis_unavailable";
 
 /// An Ingress path type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -236,23 +245,25 @@ fn push_claims(groups: &[&[RouteCandidate]], group: usize, claims: &mut Vec<MapC
     }
 }
 
-/// Which kinds of host the regular routes have, besides exact ones: the lookup steps the
-/// frontends need.
+/// What the regular keys need of the frontends: the lookup steps for the kinds of host they
+/// have besides exact ones, and the built-in 503 backend.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HostKinds {
+pub struct LookupNeeds {
     /// Some key's host is a wildcard (`*.`).
     pub wildcard: bool,
     /// Some key has no host (it starts with the path's `/`).
     pub none: bool,
+    /// Some key leads to [`UNAVAILABLE_BACKEND`].
+    pub unavailable: bool,
 }
 
 /// Builds the routing maps from `claims`, the sorted claims of the routes of `groups`, and
-/// says which kinds of host their keys have.
+/// says what their keys need of the frontends.
 pub fn build_maps(
     groups: &[&[RouteCandidate]],
     claims: &SortedClaims,
     diags: &mut Diagnostics,
-) -> (RouteMaps, HostKinds) {
+) -> (RouteMaps, LookupNeeds) {
     let route = |c: &MapClaim| &groups[c.group as usize][c.route as usize];
     // Sized once: as many entries as claims, but for keys claimed more than once.
     let exact = claims.0.iter().filter(|c| c.table == Table::Exact).count();
@@ -261,7 +272,7 @@ pub fn build_maps(
         prefix: Vec::with_capacity(claims.0.len() - exact),
         ..RouteMaps::default()
     };
-    let mut kinds = HostKinds::default();
+    let mut kinds = LookupNeeds::default();
     let mut rest = claims.0.as_slice();
     while let Some(first) = rest.first() {
         // A host is a DNS name or `*.` and one: a key's first byte tells its kind, and the
@@ -301,6 +312,9 @@ pub fn build_maps(
                 );
             }
         }
+        // A length first: most values are longer or shorter.
+        kinds.unavailable |=
+            first.value.len() == UNAVAILABLE_BACKEND.len() && &*first.value == UNAVAILABLE_BACKEND;
         let entry = MapEntry {
             key: first.key.clone(),
             value: first.value.clone(),
@@ -459,6 +473,15 @@ fn canary_set_id(alternatives: &[(&AclCondition, &str)]) -> String {
     format!("a{hex}")
 }
 
+/// How messages name a rule's host.
+pub fn host_name(host: &str) -> String {
+    if host.is_empty() {
+        "the empty host (rules without one)".to_string()
+    } else {
+        format!("host {host}")
+    }
+}
+
 fn host_label(host: &str) -> String {
     if host.is_empty() {
         "path".to_string()
@@ -524,24 +547,25 @@ mod tests {
             route("a.com", "/", PathKind::Prefix, "a", 0),
             route("b.com", "/x", PathKind::Exact, "b", 0),
         ];
-        assert_eq!(kinds(&routes), HostKinds::default());
+        assert_eq!(kinds(&routes), LookupNeeds::default());
         // A canary route makes no regular key: its wildcard host needs no regular step.
         let mut canary = route("*.a.com", "/", PathKind::Prefix, "c", 1);
         canary.canary = Some(Box::new(
             crate::values::parse_route_acl("cookie(staging) -m found").unwrap(),
         ));
         routes.push(canary);
-        assert_eq!(kinds(&routes), HostKinds::default());
+        assert_eq!(kinds(&routes), LookupNeeds::default());
         routes.push(route("*.b.com", "/x", PathKind::Exact, "w", 0));
-        let wildcard = HostKinds {
+        let wildcard = LookupNeeds {
             wildcard: true,
-            none: false,
+            ..LookupNeeds::default()
         };
         assert_eq!(kinds(&routes), wildcard);
         routes.push(route("", "/api", PathKind::ImplementationSpecific, "n", 0));
-        let both = HostKinds {
+        let both = LookupNeeds {
             wildcard: true,
             none: true,
+            ..LookupNeeds::default()
         };
         assert_eq!(kinds(&routes), both);
         // In the exact map alone (an Exact path), and a key claimed twice, count the same.
@@ -549,11 +573,49 @@ mod tests {
             route("", "/x", PathKind::Exact, "n", 0),
             route("", "/x", PathKind::Exact, "m", 1),
         ];
-        let none = HostKinds {
-            wildcard: false,
+        let none = LookupNeeds {
             none: true,
+            ..LookupNeeds::default()
         };
         assert_eq!(kinds(&only_exact), none);
+    }
+
+    #[test]
+    fn an_unavailable_path_keeps_its_keys_and_needs_the_503_backend() {
+        let build = |routes: &[RouteCandidate]| {
+            let groups = [routes];
+            build_maps(
+                &groups,
+                &SortedClaims::new(&groups),
+                &mut Diagnostics::new(),
+            )
+        };
+        let show = |v: &[MapEntry]| {
+            v.iter()
+                .map(|e| format!("{} {}", e.key, e.value))
+                .collect::<Vec<_>>()
+        };
+        // /admin's Service is missing: /admin and /admin/... answer 503, not the host's `/`.
+        let routes = [
+            route("a.com", "/", PathKind::Prefix, "site", 0),
+            route("a.com", "/admin", PathKind::Prefix, UNAVAILABLE_BACKEND, 0),
+        ];
+        let (maps, needs) = build(&routes);
+        assert_eq!(show(&maps.exact), ["a.com/admin portcullis_unavailable"]);
+        assert_eq!(
+            show(&maps.prefix),
+            ["a.com/ site", "a.com/admin/ portcullis_unavailable"]
+        );
+        assert!(needs.unavailable);
+        // It takes part in precedence as any path: an older Ingress' path to a Service
+        // keeps the key, and then nothing leads to the 503 backend.
+        let shadowed = [
+            route("a.com", "/admin", PathKind::Prefix, "admin", 0),
+            route("a.com", "/admin", PathKind::Prefix, UNAVAILABLE_BACKEND, 1),
+        ];
+        let (maps, needs) = build(&shadowed);
+        assert_eq!(show(&maps.exact), ["a.com/admin admin"]);
+        assert!(!needs.unavailable);
     }
 
     #[test]

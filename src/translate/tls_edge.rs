@@ -1,13 +1,14 @@
-//! TLS at the edge beyond offload certificates: `ssl-passthrough` routes (TLS server name →
-//! TCP backend), the CA that verifies client certificates (`client-ca`), and verified TLS to
-//! the pods (`server-ca`, `server-crt`).
+//! TLS at the edge beyond offload certificates: which hosts an Ingress' TLS entries apply to
+//! (only those it routes), `ssl-passthrough` routes (TLS server name → TCP backend), the CA
+//! that verifies client certificates (`client-ca`), and verified TLS to the pods
+//! (`server-ca`, `server-crt`).
 //!
 //! Scripts only name Secrets; the Secrets are read here. File names come from the Secret's
 //! namespace and name (validated DNS names), never from other user strings:
 //! `certs/ca/<namespace>_<name>.pem` for CA bundles, `certs/client/<namespace>_<name>.pem`
 //! for client certificates to the pods.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{BackendSettings, MapEntry, PemFile};
@@ -17,6 +18,111 @@ use crate::objects::{Key, ObjectRef};
 use crate::store::Store;
 
 use super::tls;
+
+/// The hosts one Ingress routes (its rules that made a route or an ssl-passthrough claim):
+/// the only hosts its `spec.tls` may speak for.
+#[derive(Debug, Default)]
+pub struct RoutedHosts(BTreeSet<String>);
+
+impl RoutedHosts {
+    /// Notes a rule's host (the empty host of rules without one covers no TLS host).
+    pub fn insert(&mut self, host: &str) {
+        if !host.is_empty() && !self.0.contains(host) {
+            self.0.insert(host.to_string());
+        }
+    }
+
+    /// Whether TLS host `host` is routed here: by a rule for that very name, or, for a name
+    /// that is not a wildcard, by the wildcard rule of its first label (`a.example.com` by
+    /// `*.example.com`; a wildcard covers exactly one label, as in routing).
+    pub fn covers(&self, host: &str) -> bool {
+        self.0.contains(host)
+            || (!host.starts_with("*.")
+                && host
+                    .split_once('.')
+                    .is_some_and(|(_, rest)| self.0.contains(&format!("*.{rest}"))))
+    }
+
+    /// Every routed host, sorted.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+}
+
+/// The hosts TLS entry `spec.tls[index]` of `ingress` speaks for: its valid `hosts` that the
+/// Ingress routes (see [`RoutedHosts::covers`]) and that do not belong to another namespace
+/// (`foreign`, under `--host-ownership=namespace`); an entry without hosts speaks for every
+/// host the Ingress routes, but those. Sorted, without repeats. Every host left out is
+/// reported on its field; an empty result means the entry has no effect at all (not even its
+/// certificate is loaded: a crt-list line without names would serve it for whatever names it
+/// holds).
+pub fn entry_hosts<'o>(
+    listed: Option<&[String]>,
+    index: usize,
+    routed: &RoutedHosts,
+    foreign: impl Fn(&str) -> Option<&'o str>,
+    ingress: &ObjectRef,
+    diags: &mut Diagnostics,
+) -> Vec<String> {
+    let field = format!("spec.tls[{index}]");
+    let mut hosts = Vec::new();
+    let Some(listed) = listed.filter(|l| !l.is_empty()) else {
+        hosts.extend(
+            routed
+                .hosts()
+                .filter(|h| foreign(h).is_none())
+                .map(str::to_string),
+        );
+        if hosts.is_empty() {
+            diags.object(
+                Severity::Warning,
+                ingress,
+                format!("{field}.hosts"),
+                "no hosts, and the Ingress routes no host name of its own; entry ignored",
+            );
+        }
+        return hosts;
+    };
+    for (j, raw) in listed.iter().enumerate() {
+        let field = format!("{field}.hosts[{j}]");
+        let host = match crate::values::parse_host(raw) {
+            Ok(host) => host,
+            Err(e) => {
+                diags.object(
+                    Severity::Error,
+                    ingress,
+                    field,
+                    format!("{e}; host skipped"),
+                );
+                continue;
+            }
+        };
+        if let Some(owner) = foreign(&host) {
+            diags.object(
+                Severity::Error,
+                ingress,
+                field,
+                format!(
+                    "host {host} belongs to namespace {owner} (--host-ownership=namespace); ignored"
+                ),
+            );
+        } else if !routed.covers(&host) {
+            diags.object(
+                Severity::Warning,
+                ingress,
+                field,
+                format!(
+                    "host {host} is not routed by this Ingress (no rule for it); a TLS entry speaks only for the Ingress' own hosts; ignored"
+                ),
+            );
+        } else {
+            hosts.push(host);
+        }
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
 
 /// A host an Ingress path asks to pass through to a TCP backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +257,103 @@ pub fn resolve_server_tls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn routed(hosts: &[&str]) -> RoutedHosts {
+        let mut routed = RoutedHosts::default();
+        for h in hosts {
+            routed.insert(h);
+        }
+        routed
+    }
+
+    /// The hosts of an entry and the fields reported, with `owners` (host, namespace) as
+    /// the foreign owners.
+    fn entry(
+        listed: Option<&[&str]>,
+        routed: &RoutedHosts,
+        owners: &[(&str, &str)],
+    ) -> (Vec<String>, Vec<String>) {
+        let listed: Option<Vec<String>> = listed.map(|l| l.iter().map(|h| h.to_string()).collect());
+        let ingress = ObjectRef::new(Kind::Ingress, &Key::new("evil", "claim"));
+        let mut diags = Diagnostics::new();
+        let foreign = |host: &str| owners.iter().find(|(h, _)| *h == host).map(|(_, ns)| *ns);
+        let hosts = entry_hosts(listed.as_deref(), 2, routed, foreign, &ingress, &mut diags);
+        let fields = diags
+            .into_sorted()
+            .into_iter()
+            .map(|d| format!("{:?} {}", d.severity, d.field.unwrap_or_default()))
+            .collect();
+        (hosts, fields)
+    }
+
+    #[test]
+    fn wildcard_rules_cover_exactly_one_label() {
+        let r = routed(&["a.example.com", "*.apps.example.com", ""]);
+        assert!(r.covers("a.example.com"));
+        assert!(r.covers("x.apps.example.com"));
+        assert!(r.covers("*.apps.example.com"));
+        assert!(!r.covers("x.y.apps.example.com"));
+        assert!(!r.covers("apps.example.com"));
+        // A name rule does not cover the wildcard, nor a rule without host any name.
+        assert!(!r.covers("*.example.com"));
+        assert!(!r.covers("b.example.com"));
+        assert_eq!(
+            r.hosts().collect::<Vec<_>>(),
+            ["*.apps.example.com", "a.example.com"]
+        );
+    }
+
+    #[test]
+    fn tls_hosts_the_ingress_does_not_route_are_reported_and_dropped() {
+        let r = routed(&["evil.example", "*.apps.evil.example"]);
+        let (hosts, fields) = entry(
+            Some(&[
+                "victim.example",
+                "evil.example",
+                "x.apps.evil.example",
+                "evil.example",
+                "Bad Host",
+            ]),
+            &r,
+            &[],
+        );
+        assert_eq!(hosts, ["evil.example", "x.apps.evil.example"]);
+        assert_eq!(
+            fields,
+            ["Warning spec.tls[2].hosts[0]", "Error spec.tls[2].hosts[4]"]
+        );
+        // Only hosts of others: the entry has no effect at all.
+        let (hosts, fields) = entry(Some(&["victim.example"]), &r, &[]);
+        assert!(hosts.is_empty());
+        assert_eq!(fields, ["Warning spec.tls[2].hosts[0]"]);
+    }
+
+    #[test]
+    fn an_entry_without_hosts_speaks_for_the_ingress_own_hosts() {
+        let r = routed(&["b.example", "a.example", "*.w.example"]);
+        for listed in [None, Some(&[][..])] {
+            let (hosts, fields) = entry(listed, &r, &[]);
+            assert_eq!(hosts, ["*.w.example", "a.example", "b.example"]);
+            assert!(fields.is_empty(), "{fields:?}");
+        }
+        // An Ingress with rules without a host alone: nothing to speak for.
+        let (hosts, fields) = entry(None, &routed(&[""]), &[]);
+        assert!(hosts.is_empty());
+        assert_eq!(fields, ["Warning spec.tls[2].hosts"]);
+    }
+
+    #[test]
+    fn hosts_of_another_namespace_are_refused_even_under_a_wildcard() {
+        // Under --host-ownership=namespace `a.w.example` belongs to victim: the wildcard
+        // rule of evil covers it, but its TLS entry may not speak for it.
+        let r = routed(&["*.w.example", "b.example"]);
+        let owners = [("a.w.example", "victim")];
+        let (hosts, fields) = entry(Some(&["a.w.example", "c.w.example"]), &r, &owners);
+        assert_eq!(hosts, ["c.w.example"]);
+        assert_eq!(fields, ["Error spec.tls[2].hosts[0]"]);
+        let (hosts, _) = entry(None, &routed(&["a.w.example", "b.example"]), &owners);
+        assert_eq!(hosts, ["b.example"]);
+    }
 
     #[test]
     fn the_oldest_claim_for_a_host_wins() {

@@ -1,0 +1,215 @@
+//! HAProxy's verdict on a rendered configuration, traced to the objects that produced the
+//! lines it names: a real `haproxy -c` on a real rendering, with a defect planted in one
+//! tenant's section (standing for whatever HAProxy refuses that Portcullis did not foresee).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::needless_pass_by_value)]
+
+use portcullis::attribution::{Quarantine, culprits};
+use portcullis::check::{CheckError, check_config};
+use portcullis::objects::{Kind, Object, ObjectRef};
+use portcullis::pipeline::Pipeline;
+use portcullis::render::RenderedConfig;
+use portcullis::store::Store;
+use portcullis::translate::TranslateConfig;
+use serde_json::json;
+
+fn haproxy() -> String {
+    std::env::var("HAPROXY_BIN").unwrap_or_else(|_| {
+        if std::path::Path::new("/usr/sbin/haproxy").exists() {
+            "/usr/sbin/haproxy".into()
+        } else {
+            "haproxy".into()
+        }
+    })
+}
+
+fn service(ns: &str, name: &str) -> Object {
+    Object::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap()
+}
+
+fn ingress(
+    ns: &str,
+    name: &str,
+    host: &str,
+    service: &str,
+    annotations: serde_json::Value,
+) -> Object {
+    Object::from_value(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {"ingressClassName": "portcullis", "rules": [{"host": host, "http": {"paths": [
+            {"path": "/", "pathType": "Prefix",
+             "backend": {"service": {"name": service, "port": {"number": 80}}}}]}}]}
+    }))
+    .unwrap()
+}
+
+fn store() -> Store {
+    Store::from_objects([
+        service("victim", "web"),
+        ingress("victim", "site", "victim.example", "web", json!({})),
+        service("evil", "web"),
+        ingress("evil", "plain", "plain.evil.example", "web", json!({})),
+        ingress(
+            "evil",
+            "rewrite",
+            "rewrite.evil.example",
+            "web",
+            json!({"haproxy.org/request-set-header": "X-Marker planted-value"}),
+        ),
+    ])
+}
+
+/// `rendered` with `line` added after the first line that starts with `after`.
+fn planted(rendered: &RenderedConfig, after: &str, line: &str) -> RenderedConfig {
+    let cfg = rendered.haproxy_cfg();
+    let mut out = String::new();
+    let mut done = false;
+    for l in cfg.lines() {
+        out.push_str(l);
+        out.push('\n');
+        if !done && l.starts_with(after) {
+            out.push_str(line);
+            out.push('\n');
+            done = true;
+        }
+    }
+    assert!(done, "no line starts with {after:?}:\n{cfg}");
+    let mut files: Vec<(String, String)> = rendered
+        .files()
+        .keys()
+        .filter(|n| *n != "haproxy.cfg")
+        .map(|n| (n.clone(), rendered.file(n).unwrap().into_owned()))
+        .collect();
+    files.push(("haproxy.cfg".into(), out));
+    RenderedConfig::from_files(files.iter().map(|(n, c)| (n.as_str(), c.as_str())))
+}
+
+fn refusal(rendered: &RenderedConfig) -> Vec<String> {
+    match check_config(&haproxy(), rendered) {
+        Err(CheckError::Rejected { messages }) => messages,
+        other => panic!("HAProxy should refuse the planted line, got {other:?}"),
+    }
+}
+
+fn refs(list: &[(Kind, &str, &str)]) -> Vec<ObjectRef> {
+    list.iter()
+        .map(|(k, ns, n)| ObjectRef {
+            kind: *k,
+            namespace: (*ns).into(),
+            name: (*n).into(),
+        })
+        .collect()
+}
+
+#[test]
+fn a_refused_backend_line_leads_to_its_namespace_objects_only() {
+    let store = store();
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let output = pipeline.run(&store).unwrap();
+    check_config(&haproxy(), &output.rendered).expect("the rendering itself is valid");
+
+    let bad = planted(
+        &output.rendered,
+        "backend evil_web_80",
+        "  http-request frobnicate",
+    );
+    let messages = refusal(&bad);
+    let found: Vec<ObjectRef> = culprits(&messages, &bad, &output.model, &store)
+        .into_iter()
+        .map(|c| c.object)
+        .collect();
+    // Nothing on the line is any object's own value: everything behind the backend.
+    assert_eq!(
+        found,
+        refs(&[
+            (Kind::Ingress, "evil", "plain"),
+            (Kind::Ingress, "evil", "rewrite"),
+            (Kind::Service, "evil", "web"),
+        ]),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn a_refused_line_carrying_an_objects_own_value_leads_to_that_object() {
+    let store = store();
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let output = pipeline.run(&store).unwrap();
+    let bad = planted(
+        &output.rendered,
+        "backend evil_web_80",
+        "  http-request frobnicate planted-value",
+    );
+    let messages = refusal(&bad);
+    let found: Vec<ObjectRef> = culprits(&messages, &bad, &output.model, &store)
+        .into_iter()
+        .map(|c| c.object)
+        .collect();
+    assert_eq!(
+        found,
+        refs(&[(Kind::Ingress, "evil", "rewrite")]),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn a_refused_global_line_leads_to_no_tenant() {
+    let store = store();
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let output = pipeline.run(&store).unwrap();
+    let bad = planted(&output.rendered, "global", "  frobnicate");
+    let messages = refusal(&bad);
+    assert!(
+        culprits(&messages, &bad, &output.model, &store).is_empty(),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn left_out_objects_come_back_when_they_change() {
+    let mut store = store();
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let output = pipeline.run(&store).unwrap();
+    let bad = planted(
+        &output.rendered,
+        "backend evil_web_80",
+        "  http-request frobnicate planted-value",
+    );
+    let messages = refusal(&bad);
+    let found = culprits(&messages, &bad, &output.model, &store);
+    let mut quarantine = Quarantine::default();
+    for c in &found {
+        assert!(quarantine.hold(c, &store));
+        assert!(!quarantine.hold(c, &store), "held twice");
+    }
+    // Left out, with an error naming it; everyone else renders.
+    let (diagnostics, excluded) = quarantine.exclude(&mut store);
+    assert_eq!(excluded.len(), 1);
+    assert!(
+        diagnostics[0].to_string().contains("Ingress evil/rewrite"),
+        "{diagnostics:?}"
+    );
+    let output = pipeline.run(&store).unwrap();
+    let cfg = output.rendered.haproxy_cfg();
+    assert!(!cfg.contains("planted-value"), "{cfg}");
+    check_config(&haproxy(), &output.rendered).expect("valid without it");
+    // The source gives it back unchanged: left out again.
+    store.upsert(excluded[0].clone());
+    assert_eq!(quarantine.exclude(&mut store).1.len(), 1);
+    // Edited: it gets another chance.
+    store.upsert(ingress(
+        "evil",
+        "rewrite",
+        "rewrite.evil.example",
+        "web",
+        json!({"haproxy.org/request-set-header": "X-Marker fixed"}),
+    ));
+    assert!(quarantine.exclude(&mut store).1.is_empty());
+    assert!(quarantine.is_empty());
+}
