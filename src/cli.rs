@@ -329,12 +329,12 @@ pub struct PipelineArgs {
     #[arg(long, env = "PORTCULLIS_LOCALPEER_PORT", default_value_t = 10000)]
     pub localpeer_port: u16,
     /// Accept raw config snippets (`*-config-snippet`) from the controller ConfigMap. Every
-    /// line is still checked against a denylist.
+    /// line is still checked against an allowlist.
     #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS")]
     pub allow_config_snippets: bool,
     /// Also accept snippets from Ingress and Service annotations (one line each); needs
     /// --allow-config-snippets. Anyone who can edit an Ingress can then change HAProxy's
-    /// configuration within the denylist's limits.
+    /// configuration within the allowlist's limits.
     #[arg(
         long,
         env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS_IN_ANNOTATIONS",

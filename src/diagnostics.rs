@@ -9,6 +9,29 @@ use serde::Serialize;
 
 use crate::objects::ObjectRef;
 
+/// The most characters of a value a message quotes.
+pub const QUOTE_CHARS: usize = 64;
+
+/// A value as a message quotes it (see [`quoted`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(&'a str);
+
+/// `v` as a message quotes it: escaped like Rust's `{:?}`, and when longer than
+/// [`QUOTE_CHARS`] characters only its start, followed by `… (N bytes)`. A value of any size
+/// makes a message of bounded size.
+pub fn quoted(v: &str) -> Quoted<'_> {
+    Quoted(v)
+}
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.char_indices().nth(QUOTE_CHARS) {
+            None => write!(f, "{:?}", self.0),
+            Some((end, _)) => write!(f, "{:?}… ({} bytes)", &self.0[..end], self.0.len()),
+        }
+    }
+}
+
 /// How serious a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -121,5 +144,23 @@ impl Diagnostics {
 
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
         self.items.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_bounded() {
+        assert_eq!(quoted("a\nb").to_string(), r#""a\nb""#);
+        let exact = "x".repeat(QUOTE_CHARS);
+        assert_eq!(quoted(&exact).to_string(), format!("{exact:?}"));
+        let long = "é".repeat(5_000_000);
+        let text = quoted(&long).to_string();
+        assert_eq!(
+            text,
+            format!("{:?}… (10000000 bytes)", "é".repeat(QUOTE_CHARS))
+        );
     }
 }

@@ -7,7 +7,11 @@
 
 use std::net::IpAddr;
 
+use crate::diagnostics::quoted;
+
+mod pcre;
 mod routing;
+pub use pcre::RegexPlace;
 pub use routing::{
     parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
     redirect_target_text, route_acl_text,
@@ -16,12 +20,72 @@ pub use routing::{
 /// A parse failure, phrased to follow "annotation X: ".
 pub type ParseResult<T> = Result<T, String>;
 
+/// The largest annotation or ConfigMap value read, in bytes. The longest legitimate values
+/// (a CORS origin list, header lines, a route-acl with many patterns, a config snippet) are a
+/// few KiB; one above this is refused before any parser reads it.
+pub const MAX_VALUE_BYTES: usize = 16 * 1024;
+
+/// The most distinct `request-capture` slots (sample and length) the frontends hold, over
+/// every Ingress. Each slot is allocated for every request.
+pub const MAX_CAPTURE_SLOTS: usize = 64;
+/// The most bytes all `request-capture` slots together may hold per request (the sum of their
+/// lengths).
+pub const MAX_CAPTURE_BYTES: u64 = 16 * 1024;
+/// The most distinct hosts the rules of one Ingress may name.
+pub const MAX_HOSTS_PER_INGRESS: usize = 1000;
+
+/// Whether one more capture slot, `new`, fits beside `slots` under [`MAX_CAPTURE_SLOTS`] and
+/// [`MAX_CAPTURE_BYTES`].
+pub fn check_capture_slot(
+    slots: &[crate::model::FrontendCapture],
+    new: &crate::model::FrontendCapture,
+) -> ParseResult<()> {
+    let used: u64 = slots.iter().map(|c| u64::from(c.len)).sum();
+    if slots.len() >= MAX_CAPTURE_SLOTS {
+        return Err(format!(
+            "capture of {} refused: the frontends already hold {MAX_CAPTURE_SLOTS} capture slots, the limit over all Ingresses",
+            new.sample
+        ));
+    }
+    if used + u64::from(new.len) > MAX_CAPTURE_BYTES {
+        return Err(format!(
+            "capture of {} (len {}) refused: the capture slots already hold {used} of at most {MAX_CAPTURE_BYTES} bytes per request over all Ingresses",
+            new.sample, new.len
+        ));
+    }
+    Ok(())
+}
+
+/// Whether an Ingress that already names `hosts` distinct hosts may name one more.
+pub fn check_host_count(hosts: usize) -> ParseResult<()> {
+    if hosts >= MAX_HOSTS_PER_INGRESS {
+        return Err(format!(
+            "more than {MAX_HOSTS_PER_INGRESS} hosts in one Ingress; rule skipped"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a value larger than [`MAX_VALUE_BYTES`], with a message that does not quote it.
+pub fn check_value_size(v: &str) -> ParseResult<()> {
+    if v.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "the value is {} bytes, more than the limit of {MAX_VALUE_BYTES}",
+            v.len()
+        ));
+    }
+    Ok(())
+}
+
 /// `true`/`false` (also `enabled`/`disabled`, as the incumbent controller accepts).
 pub fn parse_bool(v: &str) -> ParseResult<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "true" | "enabled" => Ok(true),
         "false" | "disabled" => Ok(false),
-        _ => Err(format!("{v:?} is not a boolean (expected true or false)")),
+        _ => Err(format!(
+            "{v} is not a boolean (expected true or false)",
+            v = quoted(v)
+        )),
     }
 }
 
@@ -30,7 +94,7 @@ pub fn parse_int(v: &str, min: i64, max: i64) -> ParseResult<i64> {
     let n: i64 = v
         .trim()
         .parse()
-        .map_err(|_| format!("{v:?} is not an integer"))?;
+        .map_err(|_| format!("{v} is not an integer", v = quoted(v)))?;
     if n < min || n > max {
         return Err(format!("{n} is outside the allowed range {min}..{max}"));
     }
@@ -46,14 +110,22 @@ pub fn parse_size(v: &str) -> ParseResult<u64> {
         Some((i, 'g' | 'G')) => (&t[..i], 1u64 << 30),
         _ => (t, 1),
     };
-    let err = || format!("{v:?} is not a size (expected e.g. 100k, 1m, 2g or a plain number)");
+    let err = || {
+        format!(
+            "{v} is not a size (expected e.g. 100k, 1m, 2g or a plain number)",
+            v = quoted(v)
+        )
+    };
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(err());
     }
     let n: u64 = digits.parse().map_err(|_| err())?;
     let size = n.checked_mul(mult).ok_or_else(err)?;
     if size == 0 || size > (1u64 << 32) {
-        return Err(format!("{v:?} is outside the allowed range 1..4g"));
+        return Err(format!(
+            "{v} is outside the allowed range 1..4g",
+            v = quoted(v)
+        ));
     }
     Ok(size)
 }
@@ -67,7 +139,12 @@ pub fn parse_duration(v: &str) -> ParseResult<u64> {
     let t = v.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let err = || format!("{v:?} is not a duration (expected e.g. 500ms, 30s, 5m, 1h, 1d)");
+    let err = || {
+        format!(
+            "{v} is not a duration (expected e.g. 500ms, 30s, 5m, 1h, 1d)",
+            v = quoted(v)
+        )
+    };
     if digits.is_empty() {
         return Err(err());
     }
@@ -82,7 +159,10 @@ pub fn parse_duration(v: &str) -> ParseResult<u64> {
     };
     let ms = n.checked_mul(mult).ok_or_else(err)?;
     if ms > MAX_DURATION_MS {
-        return Err(format!("{v:?} is longer than HAProxy's maximum of 24d"));
+        return Err(format!(
+            "{v} is longer than HAProxy's maximum of 24d",
+            v = quoted(v)
+        ));
     }
     Ok(ms)
 }
@@ -93,7 +173,11 @@ pub fn parse_enum(v: &str, allowed: &[&str]) -> ParseResult<String> {
     if allowed.contains(&t) {
         Ok(t.to_string())
     } else {
-        Err(format!("{v:?} is not one of: {}", allowed.join(", ")))
+        Err(format!(
+            "{v} is not one of: {}",
+            allowed.join(", "),
+            v = quoted(v)
+        ))
     }
 }
 
@@ -114,7 +198,12 @@ pub fn parse_cidr_list(v: &str) -> ParseResult<Vec<String>> {
 }
 
 fn parse_cidr(item: &str) -> ParseResult<String> {
-    let err = || format!("{item:?} is not an IP address or CIDR block");
+    let err = || {
+        format!(
+            "{item} is not an IP address or CIDR block",
+            item = quoted(item)
+        )
+    };
     let (addr, prefix) = match item.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (item, None),
@@ -143,7 +232,8 @@ pub fn parse_header_name(v: &str) -> ParseResult<String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "{v:?} is not a header name (letters, digits, '-', '_' and '.')"
+            "{v} is not a header name (letters, digits, '-', '_' and '.')",
+            v = quoted(v)
         ))
     }
 }
@@ -153,17 +243,21 @@ pub fn parse_header_name(v: &str) -> ParseResult<String> {
 /// comments, environment variables or sample expressions).
 pub fn parse_header_value(v: &str) -> ParseResult<String> {
     if v.is_empty() || v.len() > 4096 {
-        return Err(format!("{v:?} must be 1 to 4096 characters"));
+        return Err(format!("{v} must be 1 to 4096 characters", v = quoted(v)));
     }
     if v.starts_with(' ') || v.ends_with(' ') {
-        return Err(format!("{v:?} has leading or trailing whitespace"));
+        return Err(format!(
+            "{v} has leading or trailing whitespace",
+            v = quoted(v)
+        ));
     }
     if let Some(bad) = v
         .chars()
         .find(|&c| !(' '..='~').contains(&c) || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%'))
     {
         return Err(format!(
-            "{v:?} contains {bad:?}; header values may not contain control characters, quotes, '\\', '#', '$' or '%'"
+            "{v} contains {bad:?}; header values may not contain control characters, quotes, '\\', '#', '$' or '%'",
+            v = quoted(v)
         ));
     }
     Ok(v.to_string())
@@ -174,7 +268,10 @@ pub fn parse_header_value(v: &str) -> ParseResult<String> {
 /// no control character other than the line feeds is allowed.
 pub fn parse_header_lines(v: &str) -> ParseResult<Vec<(String, String)>> {
     if let Some(c) = v.chars().find(|c| c.is_control() && *c != '\n') {
-        return Err(format!("{v:?} contains the control character {c:?}"));
+        return Err(format!(
+            "{v} contains the control character {c:?}",
+            v = quoted(v)
+        ));
     }
     let mut out = Vec::new();
     for (i, line) in v.split('\n').enumerate() {
@@ -183,11 +280,17 @@ pub fn parse_header_lines(v: &str) -> ParseResult<Vec<(String, String)>> {
         }
         let n = i + 1;
         if line.starts_with(char::is_whitespace) {
-            return Err(format!("line {n}: {line:?} starts with whitespace"));
+            return Err(format!(
+                "line {n}: {line} starts with whitespace",
+                line = quoted(line)
+            ));
         }
-        let (name, value) = line
-            .split_once(' ')
-            .ok_or_else(|| format!("line {n}: {line:?} is not 'Header-Name value'"))?;
+        let (name, value) = line.split_once(' ').ok_or_else(|| {
+            format!(
+                "line {n}: {line} is not 'Header-Name value'",
+                line = quoted(line)
+            )
+        })?;
         let name = parse_header_name(name).map_err(|e| format!("line {n}: {e}"))?;
         let value = parse_header_value(value.trim()).map_err(|e| format!("line {n}: {e}"))?;
         out.push((name, value));
@@ -206,10 +309,16 @@ pub fn parse_host(v: &str) -> ParseResult<String> {
         None => (false, v),
     };
     crate::objects::validate_dns_subdomain(rest).map_err(|_| {
-        format!("{v:?} is not a host name (lowercase DNS name, optionally starting with '*.')")
+        format!(
+            "{v} is not a host name (lowercase DNS name, optionally starting with '*.')",
+            v = quoted(v)
+        )
     })?;
     if rest.parse::<IpAddr>().is_ok() || rest.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return Err(format!("{v:?} is an IP address, not a host name"));
+        return Err(format!(
+            "{v} is an IP address, not a host name",
+            v = quoted(v)
+        ));
     }
     Ok(if wild {
         format!("*.{rest}")
@@ -225,14 +334,18 @@ pub fn parse_host_header(v: &str) -> ParseResult<String> {
         None => (v, None),
     };
     if host.starts_with('*') {
-        return Err(format!("{v:?}: a wildcard is not a host"));
+        return Err(format!("{v}: a wildcard is not a host", v = quoted(v)));
     }
-    let host = parse_host(host)
-        .map_err(|_| format!("{v:?} is not a host name (lowercase DNS name, optionally :port)"))?;
+    let host = parse_host(host).map_err(|_| {
+        format!(
+            "{v} is not a host name (lowercase DNS name, optionally :port)",
+            v = quoted(v)
+        )
+    })?;
     match port {
         None => Ok(host),
         Some(p) => {
-            let n = parse_int(p, 1, 65535).map_err(|e| format!("{v:?}: port {e}"))?;
+            let n = parse_int(p, 1, 65535).map_err(|e| format!("{v}: port {e}", v = quoted(v)))?;
             Ok(format!("{host}:{n}"))
         }
     }
@@ -243,10 +356,10 @@ pub fn parse_host_header(v: &str) -> ParseResult<String> {
 /// `#`, spaces and control characters are refused.
 pub fn parse_path(v: &str) -> ParseResult<String> {
     if !v.starts_with('/') {
-        return Err(format!("{v:?} does not start with '/'"));
+        return Err(format!("{v} does not start with '/'", v = quoted(v)));
     }
     if v.len() > 2048 {
-        return Err(format!("{v:?} is longer than 2048 characters"));
+        return Err(format!("{v} is longer than 2048 characters", v = quoted(v)));
     }
     let bytes = v.as_bytes();
     let mut i = 0;
@@ -277,12 +390,13 @@ pub fn parse_path(v: &str) -> ParseResult<String> {
                 i += 3;
                 continue;
             }
-            return Err(format!("{v:?}: '%' must start a %XX escape"));
+            return Err(format!("{v}: '%' must start a %XX escape", v = quoted(v)));
         }
         if !ok {
             return Err(format!(
-                "{v:?} contains {:?}, which is not allowed in a path",
-                b as char
+                "{v} contains {:?}, which is not allowed in a path",
+                b as char,
+                v = quoted(v)
             ));
         }
         i += 1;
@@ -290,29 +404,38 @@ pub fn parse_path(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// A regular expression for HAProxy: printable ASCII without spaces, quotes or `#`, `$` only
-/// as an end anchor, and valid in the common regex syntax (checked with `regex-syntax`).
+/// A regular expression for `http-request replace-path`: [`parse_regex_at`] at
+/// [`RegexPlace::Replace`].
 pub fn parse_regex(v: &str) -> ParseResult<String> {
+    parse_regex_at(v, RegexPlace::Replace)
+}
+
+/// A regular expression for HAProxy, written at `place`: printable ASCII without spaces,
+/// quotes, `#` or `%`, `$` only as an end anchor, at most 1024 bytes, and compiled by PCRE2
+/// with the flags HAProxy uses there (see [`pcre`]).
+pub fn parse_regex_at(v: &str, place: RegexPlace) -> ParseResult<String> {
     if v.is_empty() || v.len() > 1024 {
-        return Err(format!("{v:?} must be 1 to 1024 characters"));
+        return Err(format!("{v} must be 1 to 1024 characters", v = quoted(v)));
     }
     if let Some(bad) = v
         .chars()
         .find(|&c| !('!'..='~').contains(&c) || matches!(c, '\'' | '"' | '#' | '%'))
     {
         return Err(format!(
-            "{v:?} contains {bad:?}, which is not allowed in a regex"
+            "{v} contains {bad:?}, which is not allowed in a regex",
+            v = quoted(v)
         ));
     }
     let chars: Vec<char> = v.chars().collect();
     for (i, c) in chars.iter().enumerate() {
         if *c == '$' && !matches!(chars.get(i + 1), None | Some(')' | '|')) {
-            return Err(format!("{v:?}: '$' is only allowed as an end anchor"));
+            return Err(format!(
+                "{v}: '$' is only allowed as an end anchor",
+                v = quoted(v)
+            ));
         }
     }
-    regex_syntax::Parser::new()
-        .parse(v)
-        .map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
+    pcre::compile(v, place).map_err(|e| format!("{v} is not a valid regex: {e}", v = quoted(v)))?;
     Ok(v.to_string())
 }
 
@@ -320,14 +443,15 @@ pub fn parse_regex(v: &str) -> ParseResult<String> {
 /// or `%`; `\1`..`\9` refer to capture groups.
 pub fn parse_replacement(v: &str) -> ParseResult<String> {
     if v.is_empty() || v.len() > 1024 {
-        return Err(format!("{v:?} must be 1 to 1024 characters"));
+        return Err(format!("{v} must be 1 to 1024 characters", v = quoted(v)));
     }
     if let Some(bad) = v
         .chars()
         .find(|&c| !('!'..='~').contains(&c) || matches!(c, '\'' | '"' | '#' | '$' | '%'))
     {
         return Err(format!(
-            "{v:?} contains {bad:?}, which is not allowed in a replacement"
+            "{v} contains {bad:?}, which is not allowed in a replacement",
+            v = quoted(v)
         ));
     }
     Ok(v.to_string())
@@ -359,8 +483,9 @@ pub fn parse_balance(v: &str) -> ParseResult<String> {
         return Ok(format!("url_param {}", parse_header_name(param.trim())?));
     }
     Err(format!(
-        "{v:?} is not a balance algorithm (one of {}, hdr(<header>), url_param <name>)",
-        BALANCE_ALGORITHMS.join(", ")
+        "{v} is not a balance algorithm (one of {}, hdr(<header>), url_param <name>)",
+        BALANCE_ALGORITHMS.join(", "),
+        v = quoted(v)
     ))
 }
 
@@ -375,7 +500,8 @@ pub fn parse_cookie_name(v: &str) -> ParseResult<String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "{v:?} is not a cookie name (1 to 64 letters, digits, '-', '_' and '.')"
+            "{v} is not a cookie name (1 to 64 letters, digits, '-', '_' and '.')",
+            v = quoted(v)
         ))
     }
 }
@@ -425,14 +551,19 @@ pub fn parse_send_proxy(v: &str) -> ParseResult<String> {
         .map(|(_, keyword)| keyword.to_string())
         .ok_or_else(|| {
             let names: Vec<&str> = SEND_PROXY_PROTOCOLS.iter().map(|(n, _)| *n).collect();
-            format!("{v:?} is not one of {}", names.join(", "))
+            format!("{v} is not one of {}", names.join(", "), v = quoted(v))
         })
 }
 
 /// A Secret reference as `auth-secret` writes it: `name` or `namespace/name`. Returns the
 /// namespace (if given) and the name.
 pub fn parse_secret_ref(v: &str) -> ParseResult<(Option<String>, String)> {
-    let err = || format!("{v:?} is not a Secret reference (expected name or namespace/name)");
+    let err = || {
+        format!(
+            "{v} is not a Secret reference (expected name or namespace/name)",
+            v = quoted(v)
+        )
+    };
     let (namespace, name) = match v.split_once('/') {
         Some((ns, name)) => (Some(ns), name),
         None => (None, v),
@@ -459,7 +590,8 @@ pub fn parse_alpn(v: &str) -> ParseResult<Vec<String>> {
         Ok(list)
     } else {
         Err(format!(
-            "{v:?} is not a comma-separated list of ALPN protocol names (e.g. h2,http/1.1)"
+            "{v} is not a comma-separated list of ALPN protocol names (e.g. h2,http/1.1)",
+            v = quoted(v)
         ))
     }
 }
@@ -475,7 +607,8 @@ pub fn parse_user_name(v: &str) -> ParseResult<String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "{v:?} is not a user name (letters, digits, '-', '_' and '.')"
+            "{v} is not a user name (letters, digits, '-', '_' and '.')",
+            v = quoted(v)
         ))
     }
 }
@@ -569,8 +702,9 @@ pub fn parse_http_methods(v: &str) -> ParseResult<String> {
             Ok(m)
         } else {
             Err(format!(
-                "{item:?} is not one of {}",
-                CORS_METHODS.join(", ")
+                "{item} is not one of {}",
+                CORS_METHODS.join(", "),
+                item = quoted(item)
             ))
         }
     })
@@ -591,18 +725,19 @@ fn comma_list(
         return Ok("*".to_string());
     }
     if v.chars().any(char::is_control) {
-        return Err(format!("{v:?} contains control characters"));
+        return Err(format!("{v} contains control characters", v = quoted(v)));
     }
     let mut out: Vec<String> = Vec::new();
     for raw in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let parsed = item(raw).map_err(|e| format!("{v:?}: {e}"))?;
+        let parsed = item(raw).map_err(|e| format!("{v}: {e}", v = quoted(v)))?;
         if !out.contains(&parsed) {
             out.push(parsed);
         }
     }
     if out.is_empty() {
         return Err(format!(
-            "{v:?} is not '*' or a comma-separated list of {what}s"
+            "{v} is not '*' or a comma-separated list of {what}s",
+            v = quoted(v)
         ));
     }
     Ok(out.join(", "))
@@ -612,7 +747,12 @@ fn comma_list(
 /// (scheme and host are case-insensitive; browsers send them lowercased).
 pub fn parse_origin(v: &str) -> ParseResult<String> {
     let lower = v.to_ascii_lowercase();
-    let err = |why: &str| format!("{v:?} is not an origin (scheme://host[:port]): {why}");
+    let err = |why: &str| {
+        format!(
+            "{v} is not an origin (scheme://host[:port]): {why}",
+            v = quoted(v)
+        )
+    };
     let (scheme, rest) = lower.split_once("://").ok_or_else(|| err("no ://"))?;
     let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_lowercase())
         && scheme.bytes().all(|b| {
@@ -676,21 +816,29 @@ pub fn parse_cors_origin(v: &str) -> ParseResult<crate::model::CorsOrigin> {
         }
         if origins.is_empty() {
             return Err(format!(
-                "{v:?} is not '*', a list of origins or a regular expression"
+                "{v} is not '*', a list of origins or a regular expression",
+                v = quoted(v)
             ));
         }
         return Ok(CorsOrigin::List(origins));
     }
-    let regex = parse_regex(t)?;
-    let hir = regex_syntax::Parser::new()
-        .parse(&regex)
-        .map_err(|e| format!("{v:?} is not a valid regex: {e}"))?;
+    // Matched by an ACL (`var(txn.cors_origin) -m reg`), case-sensitive.
+    let regex = parse_regex_at(t, RegexPlace::Acl { ignore_case: false })?;
+    // Whether every alternative is anchored is read with `regex-syntax`, which knows the
+    // structure of a pattern; one it cannot read is refused, so the check fails closed.
+    let hir = regex_syntax::Parser::new().parse(&regex).map_err(|e| {
+        format!(
+            "{v}: Portcullis cannot tell whether this regex is anchored ({e})",
+            v = quoted(v)
+        )
+    })?;
     let props = hir.properties();
     if !(props.look_set_prefix().contains(Look::Start)
         && props.look_set_suffix().contains(Look::End))
     {
         return Err(format!(
-            "{v:?}: a regular expression must be anchored at both ends ('^...$', in every alternative) so that it cannot match part of an origin"
+            "{v}: a regular expression must be anchored at both ends ('^...$', in every alternative) so that it cannot match part of an origin",
+            v = quoted(v)
         ));
     }
     Ok(CorsOrigin::Regex(regex))
@@ -781,6 +929,39 @@ mod tests {
         assert!(parse_regex("^/api/(.*").is_err());
         assert!(parse_regex("a$b").is_err());
         assert!(parse_replacement("/\\1").is_ok());
+    }
+
+    /// Regexes Rust's regex syntax accepts but HAProxy's PCRE2 refuses, in every place a
+    /// regex is written.
+    #[test]
+    fn regexes_pcre2_refuses_are_refused_everywhere() {
+        for bad in [
+            "(?u)^/x",
+            "^/a{65536}",
+            r"\u0041",
+            r"\U00000041",
+            r"^/\N{U+0041}",
+            r"^/(?<=a+)b",
+            r"^/\L",
+        ] {
+            let e = parse_regex(bad).unwrap_err();
+            assert!(e.contains("PCRE2"), "{bad:?}: {e}");
+            assert!(
+                parse_route_acl(&format!("path -m reg {bad}")).is_err(),
+                "route-acl {bad:?}"
+            );
+            assert!(
+                parse_route_acl(&format!("path -i -m reg {bad}")).is_err(),
+                "route-acl -i {bad:?}"
+            );
+            let anchored = format!("^https://{}$", bad.trim_start_matches('^'));
+            assert!(parse_cors_origin(&anchored).is_err(), "cors {anchored:?}");
+        }
+        // A numbered back reference exists in a rewrite, not in an ACL (no auto capture).
+        assert!(parse_regex(r"^/(a)\1$").is_ok());
+        assert!(parse_route_acl(r"path -m reg ^/(a)\1$").is_err());
+        assert!(parse_cors_origin(r"^https://(a)\1\.com$").is_err());
+        assert!(parse_route_acl(r"path -m reg ^/(?<x>a)\k<x>$").is_ok());
     }
 
     #[test]

@@ -52,6 +52,15 @@ const FRAGMENTS: &[&str] = &[
     " -m str ",
     "https://",
     "^",
+    "http-request set-header X ",
+    "http-request return status 200 ",
+    "http-response ",
+    " lf-file ",
+    " file ",
+    "set-map(maps/exact.map) ",
+    ".if ",
+    "\"'$HOME'\"",
+    "'$5'",
 ];
 
 fn hostile() -> impl Strategy<Value = String> {
@@ -213,25 +222,41 @@ proptest! {
 
     /// Snippets are the one place raw text is allowed: even with every permission, a line
     /// that passes holds no newline, control character, environment reference, Lua, program,
-    /// socket or file outside maps/ and certs/.
+    /// socket or file.
     #[test]
     fn snippets_that_pass_are_inert(v in hostile()) {
-        use portcullis::snippets::{Origin, SnippetPolicy, check_line, parse};
+        use portcullis::snippets::{Origin, Section, SnippetPolicy, check_line, parse};
         let all = SnippetPolicy { allow: true, in_annotations: true };
-        for origin in [Origin::Annotation, Origin::ConfigMap] {
-            if let Ok(lines) = parse(&v, origin, all) {
+        for (origin, section) in [
+            (Origin::Annotation, Section::Backend),
+            (Origin::ConfigMap, Section::Global),
+            (Origin::ConfigMap, Section::Frontend),
+            (Origin::ConfigMap, Section::Backend),
+        ] {
+            if let Ok(lines) = parse(&v, origin, section, all) {
                 for line in lines {
                     prop_assert!(check_line(&line).is_ok());
                     prop_assert!(!line.contains('\n') && !line.contains('\r') && !line.contains('\0'), "{:?}", line);
                     // What HAProxy would read: before a comment, quotes removed.
                     let lower = line.to_ascii_lowercase();
                     let code = haproxy_code(&lower);
-                    for bad in ["env(", "${", "lua-load", "../"] {
+                    for bad in ["env(", "${", "map(", "set-map"] {
                         prop_assert!(!code.contains(bad), "{:?} passed with {:?}", line, bad);
                     }
+                    // A Lua fetch or action: `lua.` starting a name.
+                    for (i, _) in code.match_indices("lua.") {
+                        let before = code[..i].chars().next_back();
+                        prop_assert!(before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'),
+                            "{:?} passed with a Lua name", line);
+                    }
                     let keyword = code.split_whitespace().next().unwrap_or_default().to_string();
-                    for denied in ["program", "setenv", "presetenv", "external-check", "insecure-fork-wanted", "global", "backend", "frontend"] {
+                    for denied in ["lua-load", "program", "setenv", "presetenv", "external-check", "insecure-fork-wanted", "global", "backend", "frontend"] {
                         prop_assert!(keyword != denied, "{:?} passed", line);
+                    }
+                    prop_assert!(!keyword.starts_with('.'), "{:?} passed", line);
+                    for word in code.split_whitespace() {
+                        prop_assert!(!["file", "lf-file", "errorfile", "config", "crt", "-f"].contains(&word),
+                            "{:?} passed with a file argument", line);
                     }
                     let mut quoted = false;
                     for c in line.chars() {
@@ -240,7 +265,7 @@ proptest! {
                     }
                 }
             }
-            prop_assert!(parse(&v, origin, SnippetPolicy::default()).is_err());
+            prop_assert!(parse(&v, origin, section, SnippetPolicy::default()).is_err());
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
 use super::memo::{Derive, ReadKey, ReadValue, Report, SubjectPart, Target, Trace};
-use crate::diagnostics::{Diagnostic, Severity, Subject};
+use crate::diagnostics::{Diagnostic, Severity, Subject, quoted};
 use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
@@ -507,7 +507,7 @@ impl HookContext {
             let mut bad = Vec::new();
             let mut value = None;
             for (i, raw, field) in found.into_iter().take_while(|(i, ..)| *i == first) {
-                match parse(raw) {
+                match values::check_value_size(raw).and_then(|()| parse(raw)) {
                     Ok(v) => {
                         value = Some(v);
                         break;
@@ -531,7 +531,7 @@ impl HookContext {
             return value;
         }
         for (i, raw, field) in self.read(names, None) {
-            match parse(raw) {
+            match values::check_value_size(raw).and_then(|()| parse(raw)) {
                 Ok(v) => return Some(v),
                 Err(e) => self.record(
                     Severity::Error,
@@ -549,6 +549,8 @@ impl HookContext {
     fn get_snippet(&mut self, name: Dynamic) -> Dynamic {
         let names = names(name);
         let policy = self.inner.snippets;
+        // The section comes from the name (`global-`, `frontend-`, `backend-config-snippet`).
+        let section = names.first().and_then(|n| snippets::Section::of_name(n));
         self.note(|| {
             (
                 ReadKey::SnippetPolicy,
@@ -556,12 +558,30 @@ impl HookContext {
             )
         });
         for (i, raw, field) in self.read(&names, None) {
+            if let Err(e) = values::check_value_size(raw) {
+                self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    format!("{e}; snippet ignored"),
+                );
+                continue;
+            }
             let origin = if self.inner.sources[i].prefixed {
                 Origin::Annotation
             } else {
                 Origin::ConfigMap
             };
-            match snippets::parse(raw, origin, policy) {
+            let Some(section) = section else {
+                self.record(
+                    Severity::Error,
+                    Target::Source(i),
+                    field,
+                    "a snippet's name must start with global, frontend or backend, the section it is for; snippet ignored".to_string(),
+                );
+                continue;
+            };
+            match snippets::parse(raw, origin, section, policy) {
                 Ok(lines) => return Dynamic::from(Snippet(lines)),
                 Err(e) => self.record(
                     Severity::Error,
@@ -929,7 +949,8 @@ fn strings_to_array(v: Vec<String>) -> Dynamic {
 pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
     if v.trim() != v || v.chars().any(char::is_control) {
         return Err(format!(
-            "{v:?} has leading or trailing whitespace or control characters"
+            "{v} has leading or trailing whitespace or control characters",
+            v = quoted(v)
         ));
     }
     let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
@@ -937,7 +958,8 @@ pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
         [repl] => Ok(("(.*)".to_string(), values::parse_replacement(repl)?)),
         [re, repl] => Ok((values::parse_regex(re)?, values::parse_replacement(repl)?)),
         _ => Err(format!(
-            "{v:?} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)"
+            "{v} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)",
+            v = quoted(v)
         )),
     }
 }
@@ -948,7 +970,7 @@ pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
 /// `check-http`: `URI` or `METHOD URI`.
 pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
     if v.chars().any(char::is_control) {
-        return Err(format!("{v:?} contains control characters"));
+        return Err(format!("{v} contains control characters", v = quoted(v)));
     }
     let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
     match words.as_slice() {
@@ -957,7 +979,7 @@ pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
             values::parse_enum(method, CHECK_METHODS)?,
             values::parse_path(uri)?,
         )),
-        _ => Err(format!("{v:?} is not 'URI' or 'METHOD URI'")),
+        _ => Err(format!("{v} is not 'URI' or 'METHOD URI'", v = quoted(v))),
     }
 }
 

@@ -758,7 +758,7 @@ impl<'a> Translator<'a> {
                 (Arc::new(part), operations.is_some())
             }
         };
-        self.absorb_ingress(&part);
+        self.absorb_ingress(key, &part);
         debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
         self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
@@ -879,7 +879,7 @@ impl<'a> Translator<'a> {
 
     /// Takes an Ingress' part into this run's state, as translating it here would have.
     /// The part is the next of `ingress_parts` (pushed after this).
-    fn absorb_ingress(&mut self, part: &parts::IngressPart) {
+    fn absorb_ingress(&mut self, key: &Key, part: &parts::IngressPart) {
         for capture in &part.captures {
             match self
                 .captures
@@ -891,7 +891,19 @@ impl<'a> Translator<'a> {
                     slot.policies.sort();
                     slot.policies.dedup();
                 }
-                None => self.captures.push(capture.clone()),
+                None => {
+                    // Older Ingresses come first: a new slot over the caps is refused on the
+                    // Ingress that asked for it, and those before it keep theirs.
+                    match values::check_capture_slot(&self.captures, capture) {
+                        Ok(()) => self.captures.push(capture.clone()),
+                        Err(e) => self.diags.object(
+                            Severity::Error,
+                            &ObjectRef::new(Kind::Ingress, key),
+                            "annotation request-capture",
+                            e,
+                        ),
+                    }
+                }
             }
         }
         self.userlists.absorb(&part.userlists);
@@ -931,6 +943,7 @@ impl<'a> Translator<'a> {
         // The Services' annotations as hook sources, made once per Service: the paths of an
         // Ingress mostly name one or two.
         let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
+        let mut hosts = BTreeSet::new();
         // The hosts the rules route: the only ones the TLS entries may speak for.
         let mut routed = tls_edge::RoutedHosts::default();
         for (i, rule) in spec.rules.iter().flatten().enumerate() {
@@ -949,6 +962,14 @@ impl<'a> Translator<'a> {
                     }
                 },
             };
+            if !hosts.contains(&host) {
+                if let Err(e) = values::check_host_count(hosts.len()) {
+                    self.diags
+                        .object(Severity::Error, &object, format!("spec.rules[{i}].host"), e);
+                    continue;
+                }
+                hosts.insert(host.clone());
+            }
             if let Some(owners) = &self.owners {
                 let owner = owners.foreign(&host, &key.namespace).cloned();
                 if !self.host_verdicts.iter().any(|(h, _)| *h == host) {

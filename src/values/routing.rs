@@ -5,7 +5,10 @@
 //! canonical form; parsing the canonical form again gives the same value. Nothing here lets a
 //! value hold whitespace where one word is expected, quotes, `#`, `$`, `%`, `{` or `}`.
 
-use super::{ParseResult, parse_cidr_list, parse_header_name, parse_host_header, parse_regex};
+use super::{
+    ParseResult, RegexPlace, parse_cidr_list, parse_header_name, parse_host_header, parse_regex_at,
+};
+use crate::diagnostics::quoted;
 use crate::model::AclCondition;
 
 /// Where `request-redirect` sends a request: `host[:port]`, optionally after `http://` or
@@ -19,7 +22,8 @@ pub fn parse_redirect_target(v: &str) -> ParseResult<(Option<String>, String)> {
         (Some("http"), &v[7..])
     } else if v.contains("://") {
         return Err(format!(
-            "{v:?}: only http:// and https:// redirects are possible"
+            "{v}: only http:// and https:// redirects are possible",
+            v = quoted(v)
         ));
     } else {
         (None, v)
@@ -27,15 +31,19 @@ pub fn parse_redirect_target(v: &str) -> ParseResult<(Option<String>, String)> {
     let host = rest.strip_suffix('/').unwrap_or(rest);
     if host.contains('/') {
         return Err(format!(
-            "{v:?} has a path; request-redirect takes a host or scheme://host[:port] and keeps the request's path"
+            "{v} has a path; request-redirect takes a host or scheme://host[:port] and keeps the request's path",
+            v = quoted(v)
         ));
     }
     if host.starts_with(':') {
-        return Err(format!("{v:?}: a port alone is not a redirect target"));
+        return Err(format!(
+            "{v}: a port alone is not a redirect target",
+            v = quoted(v)
+        ));
     }
     let host = parse_host_header(host).map_err(|_| {
         format!(
-            "{v:?} is not a redirect target (host, host:port, http://host[:port] or https://host[:port]; lowercase host name)"
+            "{v} is not a redirect target (host, host:port, http://host[:port] or https://host[:port]; lowercase host name)", v = quoted(v)
         )
     })?;
     Ok((scheme.map(str::to_string), host))
@@ -78,8 +86,9 @@ const MAX_CAPTURES: usize = 32;
 pub fn parse_capture_sample(v: &str) -> ParseResult<String> {
     let expected = || {
         format!(
-            "{v:?} is not a sample expression Portcullis captures (hdr(<name>), req.hdr(<name>), req.fhdr(<name>), cookie(<name>), req.cook(<name>), url_param(<name>), urlp(<name>), or one of {})",
-            CAPTURE_PLAIN_FETCHES.join(", ")
+            "{v} is not a sample expression Portcullis captures (hdr(<name>), req.hdr(<name>), req.fhdr(<name>), cookie(<name>), req.cook(<name>), url_param(<name>), urlp(<name>), or one of {})",
+            CAPTURE_PLAIN_FETCHES.join(", "),
+            v = quoted(v)
         )
     };
     if CAPTURE_PLAIN_FETCHES.contains(&v) {
@@ -97,7 +106,7 @@ pub fn parse_capture_sample(v: &str) -> ParseResult<String> {
     if !known {
         return Err(expected());
     }
-    let name = parse_header_name(arg).map_err(|e| format!("{v:?}: {e}"))?;
+    let name = parse_header_name(arg).map_err(|e| format!("{v}: {e}", v = quoted(v)))?;
     Ok(format!("{fetch}({name})"))
 }
 
@@ -105,7 +114,10 @@ pub fn parse_capture_sample(v: &str) -> ParseResult<String> {
 /// of a line ignored), at most [`MAX_CAPTURES`]. One bad line rejects the whole value.
 pub fn parse_capture_samples(v: &str) -> ParseResult<Vec<String>> {
     if let Some(c) = v.chars().find(|c| c.is_control() && *c != '\n') {
-        return Err(format!("{v:?} contains the control character {c:?}"));
+        return Err(format!(
+            "{v} contains the control character {c:?}",
+            v = quoted(v)
+        ));
     }
     let mut out: Vec<String> = Vec::new();
     for (i, line) in v.split('\n').enumerate() {
@@ -162,13 +174,16 @@ enum FetchKind {
 /// (`req.cook`, `req.hdr`, `url_param`).
 pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
     if let Some(c) = v.chars().find(|c| c.is_control()) {
-        return Err(format!("{v:?} contains the control character {c:?}"));
+        return Err(format!(
+            "{v} contains the control character {c:?}",
+            v = quoted(v)
+        ));
     }
     let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
     let Some((first, rest)) = words.split_first() else {
         return Err("the condition is empty".to_string());
     };
-    let (fetch, kind) = parse_acl_fetch(first).map_err(|e| format!("{v:?}: {e}"))?;
+    let (fetch, kind) = parse_acl_fetch(first).map_err(|e| format!("{v}: {e}", v = quoted(v)))?;
     let mut ignore_case = false;
     let mut method: Option<&str> = None;
     let mut i = 0;
@@ -178,7 +193,7 @@ pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
             "-m" if method.is_none() => {
                 let m = rest
                     .get(i + 1)
-                    .ok_or_else(|| format!("{v:?}: -m needs a match method"))?;
+                    .ok_or_else(|| format!("{v}: -m needs a match method", v = quoted(v)))?;
                 let allowed: &[&str] = match kind {
                     FetchKind::Text => ACL_METHODS,
                     FetchKind::Address => &["ip"],
@@ -186,12 +201,13 @@ pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
                 };
                 if !allowed.contains(m) {
                     return Err(format!(
-                        "{v:?}: -m {m} is not possible here (allowed: {})",
+                        "{v}: -m {m} is not possible here (allowed: {})",
                         if allowed.is_empty() {
                             "none".to_string()
                         } else {
                             allowed.join(", ")
-                        }
+                        },
+                        v = quoted(v)
                     ));
                 }
                 method = Some(m);
@@ -199,7 +215,8 @@ pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
             }
             w if w.starts_with('-') => {
                 return Err(format!(
-                    "{v:?}: {w} is not possible here (only -i, and -m once, before the patterns)"
+                    "{v}: {w} is not possible here (only -i, and -m once, before the patterns)",
+                    v = quoted(v)
                 ));
             }
             _ => break,
@@ -218,47 +235,59 @@ pub fn parse_route_acl(v: &str) -> ParseResult<AclCondition> {
             let method = method.unwrap_or("str");
             if method == "found" {
                 if !values.is_empty() {
-                    return Err(format!("{v:?}: -m found takes no pattern"));
+                    return Err(format!("{v}: -m found takes no pattern", v = quoted(v)));
                 }
                 return Ok(condition(Some(method), Vec::new()));
             }
             if values.is_empty() {
-                return Err(format!("{v:?}: -m {method} needs at least one pattern"));
+                return Err(format!(
+                    "{v}: -m {method} needs at least one pattern",
+                    v = quoted(v)
+                ));
             }
             if values.len() > MAX_ACL_VALUES {
                 return Err(format!(
-                    "{v:?}: at most {MAX_ACL_VALUES} patterns are allowed"
+                    "{v}: at most {MAX_ACL_VALUES} patterns are allowed",
+                    v = quoted(v)
                 ));
             }
             let mut out = Vec::new();
             for value in values {
                 out.push(if method == "reg" {
-                    parse_acl_regex(value).map_err(|e| format!("{v:?}: {e}"))?
+                    parse_acl_regex(value, ignore_case)
+                        .map_err(|e| format!("{v}: {e}", v = quoted(v)))?
                 } else {
-                    parse_acl_pattern(value).map_err(|e| format!("{v:?}: {e}"))?
+                    parse_acl_pattern(value).map_err(|e| format!("{v}: {e}", v = quoted(v)))?
                 });
             }
             Ok(condition(Some(method), out))
         }
         FetchKind::Address => {
             if values.is_empty() {
-                return Err(format!("{v:?}: src needs IP addresses or CIDR blocks"));
+                return Err(format!(
+                    "{v}: src needs IP addresses or CIDR blocks",
+                    v = quoted(v)
+                ));
             }
-            let cidrs = parse_cidr_list(&values.join(" ")).map_err(|e| format!("{v:?}: {e}"))?;
+            let cidrs = parse_cidr_list(&values.join(" "))
+                .map_err(|e| format!("{v}: {e}", v = quoted(v)))?;
             if cidrs.len() > MAX_ACL_VALUES {
                 return Err(format!(
-                    "{v:?}: at most {MAX_ACL_VALUES} addresses are allowed"
+                    "{v}: at most {MAX_ACL_VALUES} addresses are allowed",
+                    v = quoted(v)
                 ));
             }
             Ok(condition(None, cidrs))
         }
         FetchKind::Random(range) => match values {
             [op, n] if ACL_OPERATORS.contains(op) => {
-                let n = super::parse_int(n, 0, range).map_err(|e| format!("{v:?}: {e}"))?;
+                let n = super::parse_int(n, 0, range)
+                    .map_err(|e| format!("{v}: {e}", v = quoted(v)))?;
                 Ok(condition(None, vec![op.to_string(), n.to_string()]))
             }
             _ => Err(format!(
-                "{v:?}: rand(<n>) is compared with an integer: rand({range}) lt|le|gt|ge|eq <number>"
+                "{v}: rand(<n>) is compared with an integer: rand({range}) lt|le|gt|ge|eq <number>",
+                v = quoted(v)
             )),
         },
     }
@@ -281,7 +310,8 @@ pub fn route_acl_text(c: &AclCondition) -> String {
 fn parse_acl_fetch(word: &str) -> ParseResult<(String, FetchKind)> {
     let expected = || {
         format!(
-            "{word:?} is not a fetch route-acl accepts (cookie(<name>), req.cook(<name>), hdr(<name>), req.hdr(<name>), url_param(<name>), urlp(<name>), path, query, src, rand(<n>))"
+            "{word} is not a fetch route-acl accepts (cookie(<name>), req.cook(<name>), hdr(<name>), req.hdr(<name>), url_param(<name>), urlp(<name>), path, query, src, rand(<n>))",
+            word = quoted(word)
         )
     };
     match word {
@@ -299,47 +329,56 @@ fn parse_acl_fetch(word: &str) -> ParseResult<(String, FetchKind)> {
         "url_param" | "urlp" => "url_param",
         "rand" => {
             let n = super::parse_int(arg, 1, 1_000_000)
-                .map_err(|e| format!("{word:?}: rand's range: {e}"))?;
+                .map_err(|e| format!("{word}: rand's range: {e}", word = quoted(word)))?;
             if arg != n.to_string() {
-                return Err(format!("{word:?}: rand's range must be a plain number"));
+                return Err(format!(
+                    "{word}: rand's range must be a plain number",
+                    word = quoted(word)
+                ));
             }
             return Ok((format!("rand({n})"), FetchKind::Random(n)));
         }
         _ => return Err(expected()),
     };
-    let name = parse_header_name(arg).map_err(|e| format!("{word:?}: {e}"))?;
+    let name = parse_header_name(arg).map_err(|e| format!("{word}: {e}", word = quoted(word)))?;
     Ok((format!("{canonical}({name})"), FetchKind::Text))
 }
 
 /// A `str`, `beg` or `sub` pattern: one word.
 fn parse_acl_pattern(v: &str) -> ParseResult<String> {
     if v.is_empty() || v.len() > 256 {
-        return Err(format!("pattern {v:?} must be 1 to 256 characters"));
+        return Err(format!(
+            "pattern {v} must be 1 to 256 characters",
+            v = quoted(v)
+        ));
     }
     if v.starts_with('-') {
         return Err(format!(
-            "pattern {v:?} starts with '-', which HAProxy would read as a flag"
+            "pattern {v} starts with '-', which HAProxy would read as a flag",
+            v = quoted(v)
         ));
     }
     if let Some(bad) = v.chars().find(|&c| {
         !('!'..='~').contains(&c) || matches!(c, '\'' | '"' | '\\' | '#' | '$' | '%' | '{' | '}')
     }) {
         return Err(format!(
-            "pattern {v:?} contains {bad:?}; patterns may not contain quotes, '\\', '#', '$', '%', '{{' or '}}'"
+            "pattern {v} contains {bad:?}; patterns may not contain quotes, '\\', '#', '$', '%', '{{' or '}}'",
+            v = quoted(v)
         ));
     }
     Ok(v.to_string())
 }
 
-/// A `reg` pattern: a regular expression as [`parse_regex`] accepts it, not starting with `-`
-/// and not a lone brace.
-fn parse_acl_regex(v: &str) -> ParseResult<String> {
+/// A `reg` pattern: a regular expression as [`parse_regex_at`] accepts it for an ACL (no
+/// automatic captures, caseless with `-i`), not starting with `-` and not a lone brace.
+fn parse_acl_regex(v: &str, ignore_case: bool) -> ParseResult<String> {
     if v.starts_with('-') || v == "{" || v == "}" {
         return Err(format!(
-            "pattern {v:?} would be read as a flag or a brace of the condition"
+            "pattern {v} would be read as a flag or a brace of the condition",
+            v = quoted(v)
         ));
     }
-    parse_regex(v)
+    parse_regex_at(v, RegexPlace::Acl { ignore_case })
 }
 
 #[cfg(test)]
