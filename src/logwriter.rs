@@ -342,6 +342,9 @@ mod tests {
     ) -> (Vec<String>, Vec<String>, usize) {
         let (mut each, mut framed) = (CountingSink::default(), CountingSink::default());
         tracing::subscriber::with_default(subscriber, || {
+            // Tests on other threads may have registered these callsites while no subscriber
+            // was interested, and the interest is cached process-wide: compute it again.
+            tracing::callsite::rebuild_interest_cache();
             batch(&mut each, || each_line(HARD_LINES.iter().copied()));
             batch(&mut framed, || {
                 framed_lines(Some(format), HARD_LINES.iter().copied());
