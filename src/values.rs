@@ -101,7 +101,12 @@ pub fn parse_int(v: &str, min: i64, max: i64) -> ParseResult<i64> {
     Ok(n)
 }
 
-/// A size with an optional `k`, `m` or `g` suffix (powers of 1024, as HAProxy reads them).
+/// The most entries a stick table may hold (16m). A table takes memory for every entry clients
+/// fill, so one tenant's table sized in billions would let traffic exhaust HAProxy's memory.
+pub const MAX_TABLE_ENTRIES: u64 = 16 << 20;
+
+/// A stick-table size in entries, with an optional `k`, `m` or `g` suffix (powers of 1024, as
+/// HAProxy reads them), from 1 to [`MAX_TABLE_ENTRIES`].
 pub fn parse_size(v: &str) -> ParseResult<u64> {
     let t = v.trim();
     let (digits, mult) = match t.char_indices().last() {
@@ -121,9 +126,9 @@ pub fn parse_size(v: &str) -> ParseResult<u64> {
     }
     let n: u64 = digits.parse().map_err(|_| err())?;
     let size = n.checked_mul(mult).ok_or_else(err)?;
-    if size == 0 || size > (1u64 << 32) {
+    if size == 0 || size > MAX_TABLE_ENTRIES {
         return Err(format!(
-            "{v} is outside the allowed range 1..4g",
+            "{v} is outside the allowed range 1..16m",
             v = quoted(v)
         ));
     }
@@ -888,6 +893,9 @@ mod tests {
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert_eq!(parse_size("100k"), Ok(102_400));
         assert!(parse_size("0").is_err());
+        assert_eq!(parse_size("16m"), Ok(MAX_TABLE_ENTRIES));
+        assert!(parse_size("16385k").is_err());
+        assert!(parse_size("4g").is_err());
         assert!(parse_size("m").is_err());
     }
 

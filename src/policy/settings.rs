@@ -321,7 +321,7 @@ fn source_persistence(v: &Dynamic) -> Result<SourcePersistence, String> {
     let size = map
         .get("size")
         .ok_or_else(|| "missing \"size\"".to_string())
-        .and_then(|s| int(s, 1, 1 << 32))?;
+        .and_then(|s| int(s, 1, values::MAX_TABLE_ENTRIES as i64))?;
     let expire_ms = map
         .get("expire")
         .ok_or_else(|| "missing \"expire\"".to_string())
@@ -366,7 +366,7 @@ fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
     let field = |k: &str| map.get(k).ok_or_else(|| format!("missing {k:?}"));
     let requests = int(field("requests")?, 1, i64::from(i32::MAX))?;
     let period_ms = int(field("period")?, 1, values::MAX_DURATION_MS as i64)?;
-    let size = int(field("size")?, 1, 1 << 32)?;
+    let size = int(field("size")?, 1, values::MAX_TABLE_ENTRIES as i64)?;
     let status = deny_status(int(field("status")?, 100, 599)?)?;
     let whitelist = field("whitelist")?;
     let whitelist = if array(whitelist)?.is_empty() {
