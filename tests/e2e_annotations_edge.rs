@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::annotated;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +19,7 @@ use std::time::Duration;
 
 use support::{
     APPLY_TIMEOUT, Harness, endpoint_slices, https_get, ingress, poll, route, self_signed, service,
-    tls_secret, wait_until, with_metadata,
+    tls_secret, wait_until,
 };
 
 const NS: &str = "shop";
@@ -25,15 +27,6 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 // ---------------------------------------------------------------------------------------------
 // Manifests
-
-/// `doc` (a manifest made by `support`) with these annotations in its metadata.
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
 
 /// An Ingress `name` routing `host` `/` to Service `service`, with annotations.
 fn site(name: &str, host: &str, service: &str, annotations: &[(&str, &str)]) -> String {

@@ -9,24 +9,14 @@
 
 mod support;
 
+use support::annotated;
+
 use support::{
     APPLY_TIMEOUT, Answer, Harness, https_get, ingress, poll, route, self_signed, service,
-    tls_secret, wait_until, with_metadata,
+    tls_secret, wait_until,
 };
 
 const NS: &str = "shop";
-
-/// `doc` (made by `support`) with these annotations in its metadata.
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    if annotations.is_empty() {
-        return doc.to_string();
-    }
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
 
 /// An Ingress `name` routing `host` + `path` (Prefix) to `service`, with annotations.
 fn host_ingress(

@@ -8,6 +8,8 @@
 
 mod support;
 
+use support::annotated;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -18,20 +20,11 @@ use std::time::{Duration, Instant};
 
 use support::{
     APPLY_TIMEOUT, Answer, Harness, endpoint_slices, free_port, ingress, route, service,
-    socket_command, wait_until, with_metadata,
+    socket_command, wait_until,
 };
 
 const NS: &str = "shop";
 const HOST: &str = "traffic.example.com";
-
-/// `doc` (made by `support`) with these annotations in its metadata.
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
 
 /// An Ingress `name` routing `HOST` + `path` (Prefix) to `service`, with annotations.
 fn path_ingress(name: &str, path: &str, service: &str, annotations: &[(&str, &str)]) -> String {

@@ -14,47 +14,12 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use support::{
-    APPLY_TIMEOUT, Answer, Harness, endpoint_slices, ingress, route, service, wait_until,
-    with_metadata,
+    APPLY_TIMEOUT, Answer, Harness, annotated_site, endpoint_slices, ingress, route, service,
+    wait_until,
 };
 
 /// How long the newcomer may take to answer once every vector is in.
 const GO_LIVE: Duration = Duration::from_secs(10);
-
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    if annotations.is_empty() {
-        return doc.to_string();
-    }
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
-
-/// A Service `name` in `ns` with one endpoint (an echo server named `name`) and an Ingress
-/// `name` routing `host` to it, with these annotations on each.
-fn site(
-    h: &mut Harness,
-    (ns, name, host): (&str, &str, &str),
-    service_annotations: &[(&str, &str)],
-    ingress_annotations: &[(&str, &str)],
-) -> String {
-    let port = h.echo(name);
-    let ing = ingress(
-        ns,
-        name,
-        &[route(Some(host), "/", "Prefix", name)],
-        None,
-        &[],
-    );
-    format!(
-        "{}---\n{}---\n{}",
-        service(ns, name, service_annotations),
-        endpoint_slices(ns, name, &[("0", port, true)]),
-        annotated(&ing, ingress_annotations),
-    )
-}
 
 fn tcp(name: &str, port: u16) -> String {
     format!(
@@ -91,10 +56,10 @@ fn assert_nothing_leaks(what: &str, answer: &Answer) {
 #[test]
 fn every_vector_at_once_hurts_only_its_own_object() {
     let mut h = Harness::new();
-    let victim = site(&mut h, ("victim", "victim", "victim.example.com"), &[], &[]);
+    let victim = annotated_site(&mut h, ("victim", "victim", "victim.example.com"), &[], &[]);
     h.write("victim.yaml", &victim);
     let guarded_doc = |h: &mut Harness, list: &str| {
-        site(
+        annotated_site(
             h,
             ("guarded", "guarded", "guarded.example.com"),
             &[],
@@ -136,7 +101,7 @@ fn every_vector_at_once_hurts_only_its_own_object() {
     let holder = TcpListener::bind("127.0.0.1:0").unwrap();
     let held_port = holder.local_addr().unwrap().port();
     let mut hostile_hosts = Vec::new();
-    let regex = site(
+    let regex = annotated_site(
         &mut h,
         ("evil", "regex", "regex.example.com"),
         &[("haproxy.org/route-acl", "path -m reg (?u)^/x")],
@@ -148,7 +113,7 @@ fn every_vector_at_once_hurts_only_its_own_object() {
     );
     h.write("evil-regex.yaml", &regex);
     hostile_hosts.push("regex.example.com");
-    let snippets = site(
+    let snippets = annotated_site(
         &mut h,
         ("evil", "snip", "snip.example.com"),
         &[(
@@ -205,7 +170,7 @@ fn every_vector_at_once_hurts_only_its_own_object() {
     );
     hostile_hosts.push("claim.example.com");
     let huge = "x".repeat(10 * 1024 * 1024);
-    let huge_doc = site(
+    let huge_doc = annotated_site(
         &mut h,
         ("evil", "huge", "huge.example.com"),
         &[],
@@ -213,7 +178,7 @@ fn every_vector_at_once_hurts_only_its_own_object() {
     );
     h.write("evil-huge.yaml", &huge_doc);
     hostile_hosts.push("huge.example.com");
-    let half = site(&mut h, ("evil", "half", "half.example.com"), &[], &[]);
+    let half = annotated_site(&mut h, ("evil", "half", "half.example.com"), &[], &[]);
     h.write(
         "evil-broken.yaml",
         &format!("{half}---\nkind: Ingress\nmetadata: {{name: [unclosed\n"),

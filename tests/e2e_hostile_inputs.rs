@@ -14,10 +14,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{
-    APPLY_TIMEOUT, Answer, Harness, endpoint_slices, ingress, process_exists, route, service,
-    wait_until, with_metadata,
-};
+use support::{APPLY_TIMEOUT, Answer, Harness, annotated_site, process_exists, wait_until};
 
 /// Regexes HAProxy's PCRE2 10.42 refuses (all but the last pass Rust's regex syntax; the last
 /// passes PCRE2 10.43 and later).
@@ -46,44 +43,6 @@ const SNIPPET_VECTORS: &[&str] = &[
 /// How long a new good Ingress may take to answer after a hostile object was taken in.
 const GO_LIVE: Duration = Duration::from_secs(10);
 
-/// `doc` (a manifest made by `support`) with these annotations in its metadata.
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    if annotations.is_empty() {
-        return doc.to_string();
-    }
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
-
-/// A Service `name` in `ns` with these annotations and one ready endpoint, an echo server
-/// named `name`, and an Ingress `name` routing `host` `/` to it with these annotations.
-fn site(
-    h: &mut Harness,
-    ns: &str,
-    name: &str,
-    host: &str,
-    service_annotations: &[(&str, &str)],
-    ingress_annotations: &[(&str, &str)],
-) -> String {
-    let port = h.echo(name);
-    let ing = ingress(
-        ns,
-        name,
-        &[route(Some(host), "/", "Prefix", name)],
-        None,
-        &[],
-    );
-    format!(
-        "{}---\n{}---\n{}",
-        service(ns, name, service_annotations),
-        endpoint_slices(ns, name, &[("0", port, true)]),
-        annotated(&ing, ingress_annotations),
-    )
-}
-
 /// What no answer may carry: file contents, keys, the controller's environment.
 fn assert_nothing_leaks(what: &str, answer: &Answer) {
     let home = std::env::var("HOME").unwrap_or_default();
@@ -108,7 +67,7 @@ fn assert_nothing_leaks(what: &str, answer: &Answer) {
 /// Starts a harness with the victim answering.
 fn start(extra: &[&str]) -> Harness {
     let mut h = Harness::new();
-    let victim = site(&mut h, "victim", "victim", "victim.example.com", &[], &[]);
+    let victim = annotated_site(&mut h, ("victim", "victim", "victim.example.com"), &[], &[]);
     h.write("victim.yaml", &victim);
     h.start(extra);
     wait_until(APPLY_TIMEOUT, "the victim answers", || {
@@ -135,7 +94,7 @@ fn hostile_then_newcomer(h: &mut Harness, n: usize, evil: &str, diagnostic: &[&s
     );
     let name = format!("newcomer{n}");
     let host = format!("{name}.example.com");
-    let newcomer = site(h, "newcomer", &name, &host, &[], &[]);
+    let newcomer = annotated_site(h, ("newcomer", &name, &host), &[], &[]);
     h.write(&format!("newcomer-{n}.yaml"), &newcomer);
     wait_until(
         GO_LIVE,
@@ -172,11 +131,9 @@ fn regexes_haproxy_refuses_hurt_only_their_object() {
         let acl = format!("path -m reg {re}");
         let rewrite = format!("{re} /x");
         let origin = format!("^https://{}$", re.trim_start_matches('^'));
-        let evil = site(
+        let evil = annotated_site(
             &mut h,
-            "evil",
-            &name,
-            &host,
+            ("evil", &name, &host),
             &[("haproxy.org/route-acl", &acl)],
             &[
                 ("haproxy.org/path-rewrite", &rewrite),
@@ -219,11 +176,9 @@ fn snippets_outside_the_allowlist_hurt_only_their_object() {
     for (n, line) in SNIPPET_VECTORS.iter().enumerate() {
         let name = format!("evil{n}");
         let host = format!("{name}.example.com");
-        let evil = site(
+        let evil = annotated_site(
             &mut h,
-            "evil",
-            &name,
-            &host,
+            ("evil", &name, &host),
             &[],
             &[("haproxy.org/backend-config-snippet", line)],
         );
@@ -250,11 +205,9 @@ fn snippets_outside_the_allowlist_hurt_only_their_object() {
 fn a_huge_annotation_is_refused_briefly() {
     let mut h = start(&[]);
     let huge = "x".repeat(10 * 1024 * 1024);
-    let evil = site(
+    let evil = annotated_site(
         &mut h,
-        "evil",
-        "huge",
-        "huge.example.com",
+        ("evil", "huge", "huge.example.com"),
         &[],
         &[("haproxy.org/path-rewrite", &huge)],
     );

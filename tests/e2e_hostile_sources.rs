@@ -13,23 +13,16 @@
 
 mod support;
 
+use support::annotated;
+
 use std::time::Duration;
 
-use support::{Harness, base64, holds_for, ingress, route, wait_until, with_metadata};
+use support::{Harness, base64, holds_for, ingress, route, wait_until};
 
 /// How soon a newcomer's Ingress must answer after it is written.
 const GO_LIVE: Duration = Duration::from_secs(8);
 /// How long a status that must not change is watched.
 const WATCH: Duration = Duration::from_millis(300);
-
-/// `doc` with these annotations in its metadata.
-fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
-    let mut lines = String::from("  annotations:\n");
-    for (k, v) in annotations {
-        lines.push_str(&format!("    {k}: {v:?}\n"));
-    }
-    with_metadata(doc, &lines)
-}
 
 /// An Ingress `name` in `ns` routing `<name>.example.com/` to Service `service`.
 fn site(ns: &str, name: &str, service: &str, annotations: &[(&str, &str)]) -> String {

@@ -621,6 +621,42 @@ pub fn with_metadata(doc: &str, lines: &str) -> String {
     format!("{}{lines}{}", &doc[..end], &doc[end..])
 }
 
+/// `doc` (a manifest made by this module) with these annotations in its metadata.
+pub fn annotated(doc: &str, annotations: &[(&str, &str)]) -> String {
+    if annotations.is_empty() {
+        return doc.to_string();
+    }
+    let mut lines = String::from("  annotations:\n");
+    for (k, v) in annotations {
+        lines.push_str(&format!("    {k}: {v:?}\n"));
+    }
+    with_metadata(doc, &lines)
+}
+
+/// A Service `name` in `ns` with these annotations and one ready endpoint (an echo server
+/// named `name`), and an Ingress `name` routing `host` `/` to it with these annotations.
+pub fn annotated_site(
+    h: &mut Harness,
+    (ns, name, host): (&str, &str, &str),
+    service_annotations: &[(&str, &str)],
+    ingress_annotations: &[(&str, &str)],
+) -> String {
+    let port = h.echo(name);
+    let ing = ingress(
+        ns,
+        name,
+        &[route(Some(host), "/", "Prefix", name)],
+        None,
+        &[],
+    );
+    format!(
+        "{}---\n{}---\n{}",
+        service(ns, name, service_annotations),
+        endpoint_slices(ns, name, &[("0", port, true)]),
+        annotated(&ing, ingress_annotations),
+    )
+}
+
 /// The certificate served on `127.0.0.1:port` for SNI `server_name`, as PEM, if a handshake
 /// succeeded. An in-process TLS handshake (rustls, any certificate accepted): fast enough to
 /// check every SNI after every step of a churn test.
