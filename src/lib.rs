@@ -6,7 +6,6 @@
 pub mod admin;
 pub mod apply;
 pub mod attribution;
-pub mod base64;
 pub mod check;
 pub mod cli;
 pub mod cluster;

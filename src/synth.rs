@@ -348,7 +348,7 @@ impl App {
             "kind": "Secret",
             "metadata": {"name": format!("{}-tls", self.name), "namespace": self.namespace},
             "type": "kubernetes.io/tls",
-            "data": {"tls.crt": crate::base64::encode(pem.cert.as_bytes()), "tls.key": crate::base64::encode(pem.key.as_bytes())},
+            "data": {"tls.crt": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem.cert.as_bytes()), "tls.key": base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pem.key.as_bytes())},
         }))
     }
 }

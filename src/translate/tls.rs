@@ -7,6 +7,8 @@
 //! A new content is a new file: the files a running or on-disk configuration names are never
 //! rewritten, so a reload of that configuration always finds what it was checked with.
 
+use base64::Engine as _;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 
@@ -194,8 +196,9 @@ fn pem_blocks(text: &str, field: &str) -> Result<Vec<(String, Vec<u8>)>, String>
         if !closed {
             return Err(format!("{field}: {label} block is not closed"));
         }
-        let bytes = crate::base64::decode(&b64)
-            .ok_or_else(|| format!("{field}: {label} block is not valid base64"))?;
+        let bytes = PEM_BASE64
+            .decode(&b64)
+            .map_err(|_| format!("{field}: {label} block is not valid base64"))?;
         if bytes.is_empty() {
             return Err(format!("{field}: {label} block is empty"));
         }
@@ -206,6 +209,16 @@ fn pem_blocks(text: &str, field: &str) -> Result<Vec<(String, Vec<u8>)>, String>
     }
     Ok(blocks)
 }
+
+/// PEM bodies as OpenSSL reads them: the standard alphabet (RFC 4648), padding optional, and
+/// unused bits of the last character ignored. Whitespace is never part of a body: its lines
+/// are trimmed and joined first.
+const PEM_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
 
 /// Checks that the private key belongs to the (first) certificate, by comparing public keys:
 /// the RSA modulus and exponent, or the EC public point. HAProxy refuses a mismatched pair
@@ -375,7 +388,16 @@ fn encode_block(out: &mut String, label: &str, body: &[u8]) {
     out.push_str("-----BEGIN ");
     out.push_str(label);
     out.push_str("-----\n");
-    crate::base64::encode_lines(out, body);
+    let encoded = PEM_BASE64.encode(body);
+    // Lines of 64 characters, as PEM writes them (RFC 7468); base64 is ASCII, so any
+    // index is a character boundary.
+    let mut rest = encoded.as_str();
+    while !rest.is_empty() {
+        let (line, tail) = rest.split_at(rest.len().min(64));
+        out.push_str(line);
+        out.push('\n');
+        rest = tail;
+    }
     out.push_str("-----END ");
     out.push_str(label);
     out.push_str("-----\n");
@@ -463,6 +485,34 @@ mod tests {
         assert_eq!(not_after(&pem.content), end);
         assert_eq!(parse_time(0x17, "700101000000Z"), Some(0));
         assert_eq!(parse_time(0x18, "20000301000000Z"), Some(951_868_800));
+    }
+
+    /// PEM bodies are written back in lines of 64 characters and read with or without their
+    /// padding; a character outside the alphabet, whitespace inside a line included, is not
+    /// base64.
+    #[test]
+    fn pem_bodies_round_trip_in_lines_of_64() {
+        for len in 1..200usize {
+            let data: Vec<u8> = (0..len).map(|i| (i * 37 % 256) as u8).collect();
+            let mut pem = String::new();
+            encode_block(&mut pem, "CERTIFICATE", &data);
+            let body: Vec<&str> = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+            let (last, full) = body.split_last().unwrap();
+            assert!(full.iter().all(|l| l.len() == 64), "{len}: {pem:?}");
+            assert!(!last.is_empty() && last.len() <= 64, "{len}: {pem:?}");
+            let blocks = pem_blocks(&pem, "tls.crt").unwrap();
+            assert_eq!(blocks, [("CERTIFICATE".to_string(), data.clone())]);
+            let unpadded = pem_blocks(&pem.replace('=', ""), "tls.crt").unwrap();
+            assert_eq!(unpadded[0].1, data);
+        }
+        let mut known = String::new();
+        encode_block(&mut known, "X", b"foobar");
+        assert_eq!(known, "-----BEGIN X-----\nZm9vYmFy\n-----END X-----\n");
+        for body in ["Zm9v!", "Zm 9v", "Zm9vY"] {
+            let pem = format!("-----BEGIN X-----\n{body}\n-----END X-----\n");
+            let err = pem_blocks(&pem, "tls.crt").unwrap_err();
+            assert_eq!(err, "tls.crt: X block is not valid base64");
+        }
     }
 
     #[test]
