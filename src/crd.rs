@@ -42,12 +42,14 @@ pub enum CrdError {
     Trace(String),
     #[error("{0}: no OpenAPI schema for this serde shape")]
     Unsupported(String),
+    #[error("writing the CRD as YAML failed: {0}")]
+    Yaml(String),
 }
 
 /// The CRD of the TCP resource as YAML, with a header comment: what `portcullis crd` prints.
 pub fn tcp_crd_yaml() -> Result<String, CrdError> {
     let crd = tcp_crd()?;
-    let yaml = serde_yaml::to_string(&crd).map_err(|e| CrdError::Trace(e.to_string()))?;
+    let yaml = serde_saphyr::to_string(&crd).map_err(|e| CrdError::Yaml(e.to_string()))?;
     Ok(format!("{HEADER}{yaml}"))
 }
 
@@ -315,7 +317,7 @@ mod tests {
         );
         assert!(before["properties"].get("backlog").is_none());
         // And so the CRD around it, which is what the drift test compares.
-        let yaml = |s| serde_yaml::to_string(&crd(&s)).unwrap();
+        let yaml = |s| serde_saphyr::to_string(&crd(&s)).unwrap();
         assert_ne!(yaml(before), yaml(after));
     }
 

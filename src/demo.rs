@@ -573,11 +573,10 @@ mod tests {
     }
 
     fn objects(yaml: &str) -> Vec<Object> {
-        serde_yaml::Deserializer::from_str(yaml)
-            .map(|de| {
-                let v: serde_json::Value = serde::Deserialize::deserialize(de).unwrap();
-                Object::from_value(v).unwrap()
-            })
+        serde_saphyr::from_multiple::<serde_json::Value>(yaml)
+            .unwrap()
+            .into_iter()
+            .map(|v| Object::from_value(v).unwrap())
             .collect()
     }
 

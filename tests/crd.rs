@@ -47,7 +47,7 @@ fn the_library_generates_the_committed_crd() {
         yaml == committed,
         "{COMMITTED} differs from the generated CRD: run\n    cargo run -q -- crd > {COMMITTED}"
     );
-    let value: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("the CRD is YAML");
+    let value: serde_json::Value = serde_saphyr::from_str(&yaml).expect("the CRD is YAML");
     assert_eq!(value["kind"].as_str(), Some("CustomResourceDefinition"));
     assert_eq!(
         value["metadata"]["name"].as_str(),

@@ -24,7 +24,7 @@ use std::process::{Command, Output};
 
 use portcullis::cluster::reflect::api_resource;
 use portcullis::objects::Kind;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The Kubernetes version the manifests target (k8s-openapi's `v1_33` feature).
 const KUBERNETES_VERSION: &str = "1.33.0";
@@ -135,13 +135,9 @@ fn is_kustomization(path: &Path) -> bool {
 
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("read a manifest");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| {
-            serde::Deserialize::deserialize(d)
-                .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()))
-        })
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    // Empty documents are skipped.
+    serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()))
 }
 
 fn s<'a>(v: &'a Value, key: &str) -> &'a str {
@@ -163,11 +159,11 @@ fn identity(v: &Value) -> (String, String, String, String) {
 fn expand(dir: &Path) -> Vec<Value> {
     let file = dir.join("kustomization.yaml");
     let k = documents(&file).into_iter().next().unwrap_or(Value::Null);
-    let Value::Mapping(map) = &k else {
+    let Value::Object(map) = &k else {
         panic!("{}: not a mapping", file.display())
     };
     for key in map.keys() {
-        let key = key.as_str().unwrap_or("");
+        let key = key.as_str();
         assert!(
             matches!(key, "apiVersion" | "kind" | "resources"),
             "{}: `{key}` is not expanded by this test (only `resources` is); extend \
@@ -176,7 +172,7 @@ fn expand(dir: &Path) -> Vec<Value> {
         );
     }
     assert_eq!(s(&k, "kind"), "Kustomization", "{}", file.display());
-    let resources = k["resources"].as_sequence().cloned().unwrap_or_default();
+    let resources = k["resources"].as_array().cloned().unwrap_or_default();
     assert!(!resources.is_empty(), "{}: no resources", file.display());
     let mut objects = Vec::new();
     for r in resources {
@@ -288,7 +284,7 @@ fn every_overlay_expands_and_is_valid_as_a_whole() {
         }
         let text = objects
             .iter()
-            .map(|o| serde_yaml::to_string(o).expect("YAML"))
+            .map(|o| serde_saphyr::to_string(o).expect("YAML"))
             .collect::<Vec<_>>()
             .join("---\n");
         let file = dir.path().join(format!("{name}.yaml"));
@@ -319,8 +315,10 @@ fn kubectl_agrees(name: &str, expanded: &BTreeSet<(String, String, String, Strin
         dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let built: BTreeSet<_> = serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| identity(&serde::Deserialize::deserialize(d).expect("kubectl's YAML")))
+    let built: BTreeSet<_> = serde_saphyr::from_slice_multiple::<Value>(&out.stdout)
+        .expect("kubectl's YAML")
+        .iter()
+        .map(identity)
         .collect();
     assert_eq!(&built, expanded, "kubectl kustomize differs for {name}");
 }
@@ -438,15 +436,15 @@ fn pod_specs() -> Vec<(String, Value)> {
 
 fn containers(pod: &Value) -> Vec<Value> {
     let mut all = pod["initContainers"]
-        .as_sequence()
+        .as_array()
         .cloned()
         .unwrap_or_default();
-    all.extend(pod["containers"].as_sequence().cloned().unwrap_or_default());
+    all.extend(pod["containers"].as_array().cloned().unwrap_or_default());
     all
 }
 
 fn strings(v: &Value) -> Vec<String> {
-    v.as_sequence()
+    v.as_array()
         .map(|s| {
             s.iter()
                 .filter_map(|x| x.as_str().map(str::to_string))
@@ -497,13 +495,13 @@ fn only_the_controller_container_gets_a_service_account_token() {
             "{overlay}: the token is not mounted into every container"
         );
         let token_volumes: BTreeSet<String> = pod["volumes"]
-            .as_sequence()
+            .as_array()
             .cloned()
             .unwrap_or_default()
             .iter()
             .filter(|v| {
                 v["projected"]["sources"]
-                    .as_sequence()
+                    .as_array()
                     .is_some_and(|s| s.iter().any(|x| !x["serviceAccountToken"].is_null()))
             })
             .map(|v| s(v, "name").to_string())
@@ -511,7 +509,7 @@ fn only_the_controller_container_gets_a_service_account_token() {
         assert_eq!(token_volumes.len(), 1, "{overlay}: one token volume");
         for c in containers(&pod) {
             let mounts_token = c["volumeMounts"]
-                .as_sequence()
+                .as_array()
                 .cloned()
                 .unwrap_or_default()
                 .iter()
@@ -543,7 +541,7 @@ fn only_the_controller_container_gets_a_service_account_token() {
                     assert_eq!(s(&c["readinessProbe"]["httpGet"], "host"), "127.0.0.1");
                 }
                 let env: BTreeSet<String> = c["env"]
-                    .as_sequence()
+                    .as_array()
                     .cloned()
                     .unwrap_or_default()
                     .iter()
@@ -563,7 +561,7 @@ type Grant = (String, String, String);
 
 fn grants(rules: &Value) -> BTreeSet<Grant> {
     let mut out = BTreeSet::new();
-    for rule in rules.as_sequence().cloned().unwrap_or_default() {
+    for rule in rules.as_array().cloned().unwrap_or_default() {
         for g in strings(&rule["apiGroups"]) {
             for r in strings(&rule["resources"]) {
                 for v in strings(&rule["verbs"]) {
@@ -690,7 +688,7 @@ fn tcp_objects_are_checked_against_the_committed_crd() {
     // And a broken one is refused: a port that is not a number, a service without a port.
     let mut broken = tcps[0].clone();
     broken["spec"][0]["frontend"]["binds"][0]["port"] = Value::from("https");
-    if let Value::Mapping(m) = &mut broken["spec"][0]["service"] {
+    if let Value::Object(m) = &mut broken["spec"][0]["service"] {
         m.remove("port");
     }
     let err = validate_tcps(&[broken]).expect_err("a broken TCP object is refused");
@@ -701,7 +699,7 @@ fn tcp_objects_are_checked_against_the_committed_crd() {
 /// The ports a NetworkPolicy rule opens: `(first, last)` ranges; `None` when it names a port by
 /// name (none of ours does) or opens every port.
 fn rule_ports(rule: &Value) -> Option<Vec<(u64, u64)>> {
-    let ports = rule["ports"].as_sequence()?;
+    let ports = rule["ports"].as_array()?;
     ports
         .iter()
         .map(|p| {
@@ -745,7 +743,7 @@ fn every_workload_overlay_ships_a_network_policy() {
                 s(o, "kind") == "NetworkPolicy"
                     && s(&o["metadata"], "namespace") == namespace
                     && o["spec"]["podSelector"]["matchLabels"]
-                        .as_mapping()
+                        .as_object()
                         .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
             })
             .unwrap_or_else(|| panic!("{name}: no NetworkPolicy selects the controller's pods"));
@@ -753,7 +751,7 @@ fn every_workload_overlay_ships_a_network_policy() {
             strings(&policy["spec"]["policyTypes"]).contains(&"Ingress".to_string()),
             "{name}: the policy does not restrict ingress"
         );
-        let rules = policy["spec"]["ingress"].as_sequence().expect("rules");
+        let rules = policy["spec"]["ingress"].as_array().expect("rules");
         // Who may reach `port`: `None` for everyone, else the `from` peers of the rules.
         let reach = |port: u64| -> Vec<Option<Value>> {
             rules
@@ -771,7 +769,7 @@ fn every_workload_overlay_ships_a_network_policy() {
             .iter()
             .find(|c| s(c, "name") == "haproxy")
             .expect("an haproxy container");
-        for port in haproxy["ports"].as_sequence().expect("ports") {
+        for port in haproxy["ports"].as_array().expect("ports") {
             let number = port["containerPort"].as_u64().expect("a port number");
             let who = reach(number);
             match s(port, "name") {
@@ -783,7 +781,7 @@ fn every_workload_overlay_ships_a_network_policy() {
                     assert!(!who.is_empty(), "{name}: peers port closed");
                     for from in &who {
                         let from = from.as_ref().expect("the peers port is not open to all");
-                        for peer in from.as_sequence().expect("peers") {
+                        for peer in from.as_array().expect("peers") {
                             assert!(
                                 peer.get("podSelector").is_some()
                                     && peer.get("namespaceSelector").is_none()
@@ -809,7 +807,7 @@ fn every_workload_overlay_ships_a_network_policy() {
         );
         for from in who {
             let from = from.expect("the admin port is not open to everyone");
-            for peer in from.as_sequence().expect("peers") {
+            for peer in from.as_array().expect("peers") {
                 let selector = &peer["namespaceSelector"]["matchLabels"];
                 assert_eq!(
                     selector

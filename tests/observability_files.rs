@@ -176,7 +176,7 @@ fn dashboard_is_importable_and_uses_documented_metrics() {
 #[test]
 fn alert_rules_parse_and_use_documented_metrics() {
     let text = read("deploy/observability/prometheus-rules.yaml");
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).expect("the rules are YAML");
+    let doc: serde_json::Value = serde_saphyr::from_str(&text).expect("the rules are YAML");
     // A PrometheusRule, or a plain Prometheus rules file.
     let groups = if doc["kind"].as_str() == Some("PrometheusRule") {
         assert_eq!(doc["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
@@ -185,7 +185,7 @@ fn alert_rules_parse_and_use_documented_metrics() {
     } else {
         &doc["groups"]
     };
-    let groups = groups.as_sequence().expect("rule groups");
+    let groups = groups.as_array().expect("rule groups");
     assert!(!groups.is_empty());
 
     let documented = documented_metrics();
@@ -193,7 +193,7 @@ fn alert_rules_parse_and_use_documented_metrics() {
     let mut all = Vec::new();
     for group in groups {
         assert!(group["name"].as_str().is_some(), "a group without a name");
-        for rule in group["rules"].as_sequence().expect("rules") {
+        for rule in group["rules"].as_array().expect("rules") {
             let name = rule["alert"].as_str().expect("an alert name");
             let expr = rule["expr"].as_str().expect("an expr").to_string();
             assert!(

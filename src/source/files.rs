@@ -644,15 +644,27 @@ fn for_each_document(
         return;
     }
     for (first_line, piece) in yaml_documents(text) {
-        for de in serde_yaml::Deserializer::from_str(piece) {
-            match <serde_yaml::Value as serde::Deserialize>::deserialize(de) {
-                Ok(v) => each(yaml_to_json(v)),
-                Err(e) => {
-                    each(Err(yaml_error(&e, first_line)));
-                    break;
-                }
-            }
+        // A piece holds one document, or none (comments only): none gives nothing.
+        match serde_saphyr::from_multiple_with_options::<serde_json::Value>(piece, yaml_options())
+        {
+            Ok(docs) => docs.into_iter().for_each(|doc| each(Ok(doc))),
+            Err(e) => each(Err(yaml_error(&e, first_line))),
         }
+    }
+}
+
+/// How a manifest's YAML is read: YAML 1.2's core schema (`yes`, `0755` and `1_000` stay
+/// strings, so an annotation's text is never turned into a number or a boolean), anchors,
+/// aliases and merge keys, a key given twice refused, `.inf` and `.nan` read as JSON has
+/// them (`null`), and the parser's default budget against alias bombs and deep nesting
+/// (64 levels, 250,000 nodes a document).
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+        non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::PassThrough,
     }
 }
 
@@ -699,32 +711,17 @@ fn yaml_documents(text: &str) -> Vec<(usize, &str)> {
     pieces
 }
 
-/// A YAML error in a document that starts at `first_line` of its file, with the file's line
-/// numbers: every `line N` of the message (the error's, and the construct it was parsing) is
-/// moved by `first_line`.
-fn yaml_error(e: &serde_yaml::Error, first_line: usize) -> String {
-    let message = e.to_string();
-    if first_line == 0 {
-        return message;
-    }
-    let mut out = String::with_capacity(message.len() + 8);
-    let mut rest = message.as_str();
-    while let Some(at) = rest.find("line ") {
-        let (before, after) = rest.split_at(at + "line ".len());
-        out.push_str(before);
-        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-        match after[..digits].parse::<usize>() {
-            Ok(n) => out.push_str(&(n + first_line).to_string()),
-            Err(_) => out.push_str(&after[..digits]),
-        }
-        rest = &after[digits..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn yaml_to_json(v: serde_yaml::Value) -> Result<serde_json::Value, String> {
-    serde_json::to_value(v).map_err(|e| format!("not representable as JSON: {e}"))
+/// A YAML error in a document that starts at `first_line` of its file, on one line, with
+/// the file's line numbers (`... at line N, column M`), in the words meant for a manifest's
+/// author rather than a Rust programmer.
+fn yaml_error(e: &serde_saphyr::Error, first_line: usize) -> String {
+    e.render_with_options(serde_saphyr::render_options! {
+        formatter: &serde_saphyr::UserMessageFormatter,
+        snippets: serde_saphyr::SnippetMode::Off,
+        line_offset: u64::try_from(first_line).unwrap_or(u64::MAX),
+    })
+    .trim_end()
+    .to_string()
 }
 
 /// A `kind: List` document holds its objects under `items`.
@@ -964,6 +961,60 @@ mod tests {
         assert_eq!(pieces[0].1, "--- {a: 1}\nb: |\n  ---\n  ----\n...\n");
         assert_eq!(yaml_documents(""), []);
         assert_eq!(starts("a: 1\r\n---\r\nb: 2"), [0, 1]);
+    }
+
+    /// The documents of `text` read as the file `name`.
+    fn documents(name: &str, text: &str) -> Vec<Result<serde_json::Value, String>> {
+        let mut docs = Vec::new();
+        for_each_document(Path::new(name), text, |d| docs.push(d));
+        docs
+    }
+
+    /// What a manifest's YAML means: anchors, aliases and merge keys are followed, and
+    /// `yes`, `0755` and `1_000` stay the strings an annotation needs (YAML 1.2's core
+    /// schema); an empty document gives nothing; a key given twice is an error on the file's
+    /// line; JSON files hold a stream of documents.
+    #[test]
+    fn yaml_is_read_with_the_core_schema_and_its_aliases() {
+        let text = "a: &x {k: v}\nb: *x\nc: {<<: *x, d: 1}\nyes: yes\noct: 0755\n\
+                    n: 1_000\nt: true\nf: .inf\n---\n# only a comment\n---\nb: 1\nb: 2\n";
+        let docs = documents("a.yaml", text);
+        assert_eq!(docs.len(), 2, "{docs:?}");
+        assert_eq!(
+            docs[0],
+            Ok(serde_json::json!({
+                "a": {"k": "v"}, "b": {"k": "v"}, "c": {"k": "v", "d": 1}, "yes": "yes",
+                "oct": "0755", "n": "1_000", "t": true, "f": null,
+            }))
+        );
+        let err = docs[1].as_ref().unwrap_err();
+        assert!(err.contains("duplicate"), "{err}");
+        assert!(err.ends_with("at line 13, column 1"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
+        let json = documents("a.json", "{\"a\": 1} {\"b\": [1, 2]}");
+        assert_eq!(
+            json,
+            [
+                Ok(serde_json::json!({"a": 1})),
+                Ok(serde_json::json!({"b": [1, 2]}))
+            ]
+        );
+    }
+
+    /// Hostile YAML is an error on its document, not a hang, an exhausted memory or a
+    /// panic: an alias bomb, nesting past the parser's depth, an undefined alias.
+    #[test]
+    fn hostile_yaml_is_refused_within_its_budget() {
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..12 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        for text in [bomb.as_str(), deep.as_str(), "a: *nowhere\n"] {
+            let docs = documents("a.yaml", text);
+            assert!(matches!(docs.as_slice(), [Err(_)]), "{docs:?}");
+        }
     }
 
     /// One document with a YAML syntax error costs only itself, and is reported with its

@@ -477,13 +477,8 @@ impl ApiServer {
     /// each item. Returns the stored objects.
     pub fn apply_yaml(&self, yaml: &str) -> Vec<Value> {
         let mut stored = Vec::new();
-        for document in serde_yaml::Deserializer::from_str(yaml) {
-            let value: serde_yaml::Value =
-                serde::Deserialize::deserialize(document).expect("YAML document");
-            let value: Value = serde_json::to_value(value).expect("YAML as JSON");
-            if value.is_null() {
-                continue;
-            }
+        // Empty documents are skipped.
+        for value in serde_saphyr::from_multiple::<Value>(yaml).expect("YAML documents") {
             if value["kind"] == "List" {
                 for item in value["items"].as_array().cloned().unwrap_or_default() {
                     stored.push(self.apply(item));
@@ -2067,9 +2062,8 @@ impl State {
                 }
                 let patch: Value = match serde_json::from_slice(&ctx.body) {
                     Ok(v) => v,
-                    Err(_) => serde_yaml::from_slice::<serde_yaml::Value>(&ctx.body)
+                    Err(_) => serde_saphyr::from_slice::<Value>(&ctx.body)
                         .ok()
-                        .and_then(|v| serde_json::to_value(v).ok())
                         .ok_or_else(|| {
                             ApiError::bad_request("error decoding YAML apply patch".into())
                         })?,
