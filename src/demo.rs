@@ -573,11 +573,14 @@ mod tests {
     }
 
     fn objects(yaml: &str) -> Vec<Object> {
-        serde_saphyr::from_multiple::<serde_json::Value>(yaml)
-            .unwrap()
-            .into_iter()
-            .map(|v| Object::from_value(v).unwrap())
-            .collect()
+        serde_saphyr::from_multiple_with_options::<serde_json::Value>(
+            yaml,
+            crate::source::files::yaml_options(),
+        )
+        .unwrap()
+        .into_iter()
+        .map(|v| Object::from_value(v).unwrap())
+        .collect()
     }
 
     #[test]

@@ -135,8 +135,8 @@ fn is_kustomization(path: &Path) -> bool {
 
 fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).expect("read a manifest");
-    // Empty documents are skipped.
-    serde_saphyr::from_multiple(&text)
+    // Read as the files source reads manifests; empty documents are skipped.
+    serde_saphyr::from_multiple_with_options(&text, portcullis::source::files::yaml_options())
         .unwrap_or_else(|e| panic!("{}: not YAML: {e}", path.display()))
 }
 

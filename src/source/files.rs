@@ -645,8 +645,7 @@ fn for_each_document(
     }
     for (first_line, piece) in yaml_documents(text) {
         // A piece holds one document, or none (comments only): none gives nothing.
-        match serde_saphyr::from_multiple_with_options::<serde_json::Value>(piece, yaml_options())
-        {
+        match serde_saphyr::from_multiple_with_options::<serde_json::Value>(piece, yaml_options()) {
             Ok(docs) => docs.into_iter().for_each(|doc| each(Ok(doc))),
             Err(e) => each(Err(yaml_error(&e, first_line))),
         }
@@ -657,8 +656,9 @@ fn for_each_document(
 /// strings, so an annotation's text is never turned into a number or a boolean), anchors,
 /// aliases and merge keys, a key given twice refused, `.inf` and `.nan` read as JSON has
 /// them (`null`), and the parser's default budget against alias bombs and deep nesting
-/// (64 levels, 250,000 nodes a document).
-fn yaml_options() -> serde_saphyr::Options {
+/// (64 levels, 250,000 nodes a document). Public so that tools reading manifests read them
+/// the same way.
+pub fn yaml_options() -> serde_saphyr::Options {
     serde_saphyr::options! {
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
         strict_booleans: true,

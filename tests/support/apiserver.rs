@@ -477,8 +477,10 @@ impl ApiServer {
     /// each item. Returns the stored objects.
     pub fn apply_yaml(&self, yaml: &str) -> Vec<Value> {
         let mut stored = Vec::new();
-        // Empty documents are skipped.
-        for value in serde_saphyr::from_multiple::<Value>(yaml).expect("YAML documents") {
+        // Read as the files source reads manifests; empty documents are skipped.
+        let options = portcullis::source::files::yaml_options();
+        let documents = serde_saphyr::from_multiple_with_options::<Value>(yaml, options);
+        for value in documents.expect("YAML documents") {
             if value["kind"] == "List" {
                 for item in value["items"].as_array().cloned().unwrap_or_default() {
                     stored.push(self.apply(item));
@@ -2062,11 +2064,14 @@ impl State {
                 }
                 let patch: Value = match serde_json::from_slice(&ctx.body) {
                     Ok(v) => v,
-                    Err(_) => serde_saphyr::from_slice::<Value>(&ctx.body)
-                        .ok()
-                        .ok_or_else(|| {
-                            ApiError::bad_request("error decoding YAML apply patch".into())
-                        })?,
+                    Err(_) => serde_saphyr::from_slice_with_options::<Value>(
+                        &ctx.body,
+                        portcullis::source::files::yaml_options(),
+                    )
+                    .ok()
+                    .ok_or_else(|| {
+                        ApiError::bad_request("error decoding YAML apply patch".into())
+                    })?,
                 };
                 if !patch.is_object() {
                     return Err(ApiError::bad_request(
