@@ -22,6 +22,9 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
+/// The `Content-Type` of what [`Metrics::render`] writes: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
 /// Name of the registry's own counter of dropped observations and refused registrations.
 pub const ERRORS_METRIC: &str = "portcullis_metrics_errors_total";
 

@@ -196,6 +196,11 @@ fn documented_metrics_are_exactly_the_exported_ones() {
     h.start(&[]);
     let answer = h.admin("/metrics").expect("/metrics answers");
     assert_eq!(answer.status, 200);
+    // The header names the format the body is written in, so Prometheus parses it as such.
+    assert_eq!(
+        answer.header("content-type"),
+        Some(portcullis::metrics::CONTENT_TYPE)
+    );
     let (exported, sampled) = exported_families(&answer.body);
     // Label names show only on families with a series; the registered families are held to
     // the table, labels included, by `the_families_registered_are_the_documented_ones`.
