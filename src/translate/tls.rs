@@ -405,7 +405,12 @@ mod tests {
         let cert = der_of(fixture!("rsa.crt"));
         let rsa_key = der_of(fixture!("rsa.key"));
         let ec_key = der_of(fixture!("ec.key"));
-        let with_cert = |der: &[u8]| pem_file(&key, &secret(&block("CERTIFICATE", der), fixture!("rsa.key")));
+        let with_cert = |der: &[u8]| {
+            pem_file(
+                &key,
+                &secret(&block("CERTIFICATE", der), fixture!("rsa.key")),
+            )
+        };
         let mut hostile: Vec<Vec<u8>> = (1..cert.len()).map(|n| cert[..n].to_vec()).collect();
         hostile.extend([
             vec![0x30, 0x84, 0xff, 0xff, 0xff, 0xff, 0x30],
@@ -424,7 +429,10 @@ mod tests {
             for n in 1..der.len() {
                 let err = pem_file(&key, &secret(fixture!("rsa.crt"), &block(label, &der[..n])))
                     .unwrap_err();
-                assert_eq!(err, "tls.key: the private key is not valid DER", "{label} {n}");
+                assert_eq!(
+                    err, "tls.key: the private key is not valid DER",
+                    "{label} {n}"
+                );
             }
         }
         // A byte flipped anywhere: refused or (in a signature, say) accepted, never a panic.
@@ -436,7 +444,10 @@ mod tests {
         for i in 0..rsa_key.len() {
             let mut der = rsa_key.clone();
             der[i] ^= 0xff;
-            let _ = pem_file(&key, &secret(fixture!("rsa.crt"), &block("PRIVATE KEY", &der)));
+            let _ = pem_file(
+                &key,
+                &secret(fixture!("rsa.crt"), &block("PRIVATE KEY", &der)),
+            );
         }
     }
 
