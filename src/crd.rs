@@ -12,6 +12,11 @@
 //! because serde ignores them too (the types do not deny unknown fields), and because the
 //! resource is shared with haproxytech/kubernetes-ingress, whose TCP objects have frontend
 //! settings Portcullis does not read: the API server must not prune them.
+//!
+//! kube's `CustomResource` derive with `schemars` is not used: its root schema requires
+//! `spec` (a TCP object without one is accepted today) and drops `apiVersion`, `kind` and
+//! `metadata`, it adds `format: uint16` and float bounds (`maximum: 65535.0`), and it would
+//! rebuild serde, tokio and the kube crates with eleven more crates for one schema.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
