@@ -14,7 +14,7 @@ use pkcs1::{RsaPrivateKeyRef, RsaPublicKeyRef};
 use pkcs8::PrivateKeyInfoRef;
 use sec1::EcPrivateKey;
 use sha2::{Digest, Sha256};
-use x509_cert::Certificate;
+use x509_cert::certificate::{CertificateInner, Raw};
 use x509_cert::der::Decode;
 use x509_cert::spki::SubjectPublicKeyInfoOwned;
 
@@ -47,6 +47,11 @@ pub fn secret_of_path(path: &str) -> Option<Key> {
         && hash.bytes().all(|b| b.is_ascii_hexdigit());
     well_formed.then(|| Key::new(ns, name))
 }
+
+/// An X.509 certificate in strict DER, read as OpenSSL (and so HAProxy) reads it: without
+/// RFC 5280's profile checks, which would refuse, say, a serial number longer than 20 bytes
+/// that HAProxy serves.
+type Certificate = CertificateInner<Raw>;
 
 /// When the (first) certificate of a PEM file stops being valid, in Unix seconds.
 pub fn not_after(pem: &str) -> Option<i64> {
@@ -334,6 +339,8 @@ mod tests {
             (fixture!("ed25519.crt"), fixture!("ed25519.key")),
             // A multi-prime RSA key (PKCS#1 version 1, its otherPrimeInfos).
             (fixture!("rsa-3primes.crt"), fixture!("rsa-3primes.key")),
+            // A 23-byte serial number, past RFC 5280's 20, as OpenSSL writes and reads it.
+            (fixture!("ec-long-serial.crt"), fixture!("ec.key")),
         ] {
             let pem = pem_file(&key, &secret(crt, k)).unwrap();
             assert_eq!(pem.path, file_path("certs", &key, &pem.content));
