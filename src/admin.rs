@@ -212,17 +212,12 @@ async fn connection(
 ) {
     let service = hyper::service::service_fn(move |request| {
         let state = state.clone();
-        async move {
-            Ok::<_, Infallible>(answer(request, peer, &*state, surface, limits).await)
-        }
+        async move { Ok::<_, Infallible>(answer(request, peer, &*state, surface, limits).await) }
     });
     let unanswered = |why| match why {
-        Unanswered::TimedOut => http1::plain(
-            StatusCode::REQUEST_TIMEOUT,
-            TEXT,
-            &[],
-            "request timeout\n",
-        ),
+        Unanswered::TimedOut => {
+            http1::plain(StatusCode::REQUEST_TIMEOUT, TEXT, &[], "request timeout\n")
+        }
         Unanswered::Truncated => http1::plain(StatusCode::BAD_REQUEST, TEXT, &[], "bad request\n"),
     };
     match http1::serve_one(stream, service, limits.connection(), unanswered).await {
@@ -496,9 +491,9 @@ mod tests {
             }
         }
         fn metrics(&self) -> String {
-            self.metrics.clone().unwrap_or_else(|| {
-                "# TYPE portcullis_ready gauge\nportcullis_ready 1\n".to_owned()
-            })
+            self.metrics
+                .clone()
+                .unwrap_or_else(|| "# TYPE portcullis_ready gauge\nportcullis_ready 1\n".to_owned())
         }
         fn config(&self) -> Option<String> {
             self.config.clone()
@@ -742,7 +737,6 @@ mod tests {
             let r = exchange(server.addr, raw).await;
             refused(&r, "HTTP/1.1 400 Bad Request");
         }
-
     }
 
     #[tokio::test]
@@ -891,7 +885,12 @@ mod tests {
         .await;
         let r = get(server.addr, "/metrics").await;
         check(&r, "HTTP/1.1 200 OK", PROMETHEUS);
-        assert!(r.body == metrics, "{} bytes of {}", r.body.len(), metrics.len());
+        assert!(
+            r.body == metrics,
+            "{} bytes of {}",
+            r.body.len(),
+            metrics.len()
+        );
     }
 
     #[tokio::test]
@@ -1076,7 +1075,11 @@ mod tests {
         let server = start(applied(), LIMITS).await;
         let addr = server.addr;
         // A query and an absolute-form target with no path.
-        check(&get(addr, "/metrics?x=1").await, "HTTP/1.1 200 OK", PROMETHEUS);
+        check(
+            &get(addr, "/metrics?x=1").await,
+            "HTTP/1.1 200 OK",
+            PROMETHEUS,
+        );
         let r = get(addr, "https://h:1").await;
         check(&r, "HTTP/1.1 404 Not Found", TEXT);
         // Conflicting or malformed lengths.
