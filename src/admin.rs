@@ -774,6 +774,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn more_than_100_header_lines_get_431() {
+        let server = start(applied(), LIMITS).await;
+        let head = |lines: usize| {
+            let mut raw = b"GET /healthz HTTP/1.1\r\n".to_vec();
+            for i in 0..lines {
+                raw.extend_from_slice(format!("X-{i}: a\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"\r\n");
+            raw
+        };
+        check(
+            &exchange(server.addr, &head(100)).await,
+            "HTTP/1.1 200 OK",
+            TEXT,
+        );
+        let r = exchange(server.addr, &head(101)).await;
+        refused(&r, "HTTP/1.1 431 Request Header Fields Too Large");
+    }
+
+    #[tokio::test]
     async fn silent_client_times_out_with_408() {
         let limits = Limits {
             read_timeout: Duration::from_millis(100),
