@@ -768,9 +768,7 @@ async fn apply_output(
             status.update(|s| {
                 s.ready = true;
                 s.last_error = None;
-                if outcome != Outcome::Unchanged || s.last_outcome.is_none() {
-                    s.last_outcome = Some(text);
-                }
+                s.last_outcome = Some(text);
                 s.diagnostics = diagnostics;
                 s.applied = Some((output.model.clone(), output.rendered.clone()));
             });

@@ -46,7 +46,7 @@ fn main() -> ExitCode {
                     .map(|(f, d)| {
                         (
                             f.clone(),
-                            format!("{:<8}  {:<20}", d.risk.as_str(), d.scope_text()),
+                            format!("{:<8}  {:<20}", d.risk_text(), d.scope_text()),
                         )
                     })
                     .collect::<Vec<_>>()
@@ -338,16 +338,6 @@ fn init_logging(filter: &str, format: portcullis::cli::LogFormat) {
     };
     if installed.is_ok() {
         portcullis::admin::set_log_control(Box::new(ReloadableFilter(handle)));
-        // HAProxy's lines are framed as the subscriber frames a probe (`logwriter`); with
-        // colours, each goes through the subscriber.
-        let line_format = match format {
-            portcullis::cli::LogFormat::Text if ansi => None,
-            portcullis::cli::LogFormat::Text => Some(portcullis::logwriter::LineFormat::Text),
-            portcullis::cli::LogFormat::Json => Some(portcullis::logwriter::LineFormat::Json),
-        };
-        if let Some(line_format) = line_format {
-            portcullis::logwriter::init_line_format(line_format);
-        }
     }
 }
 

@@ -1,16 +1,29 @@
-//! Prometheus metrics: a small thread-safe registry and the controller's own metric set.
+//! Prometheus metrics: the controller's metric set on prometheus-client's typed families,
+//! exposed in the Prometheus text format 0.0.4.
 //!
-//! No metrics crate: counters, gauges and histograms keyed by label values, rendered in the
-//! Prometheus text exposition format 0.0.4. Output is deterministic (families sorted by name,
-//! series sorted by label values) so it can be compared byte for byte in tests.
-//!
-//! Recording never panics. An observation whose label count does not match the family's label
-//! names is dropped and counted in `portcullis_metrics_errors_total` instead.
+//! A thin layer keeps call sites short (`metrics.applies.inc(&["reload"])`): each family knows
+//! its label names, and an observation whose label count does not match them is dropped and
+//! counted in `portcullis_metrics_errors_total` instead of panicking. Families are registered as
+//! collectors rather than as plain metrics, for two reasons: a family with no series yet still
+//! shows its `# HELP` and `# TYPE` lines (prometheus-client leaves empty registered metrics out,
+//! and dashboards and the documented contract expect every family from the start), and the help
+//! text is exported exactly as written (registration would append a full stop).
 
-use std::collections::BTreeMap;
-use std::fmt::{self, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, prometheus_text};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+/// The `Content-Type` of what [`Metrics::render`] writes: the Prometheus text format 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Name of the registry's own counter of dropped observations and refused registrations.
 pub const ERRORS_METRIC: &str = "portcullis_metrics_errors_total";
@@ -20,13 +33,33 @@ pub const DURATION_BUCKETS: [f64; 12] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// A set of metric families rendered together.
-///
-/// Cloning is cheap and yields a handle to the same registry.
-#[derive(Clone)]
+/// A series' labels, names with values, in the family's label order.
+type LabelSet = Vec<(String, String)>;
+
+/// A float gauge (prometheus-client stores its bits in an `AtomicU64`).
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// What a family exports besides its series: the contract `docs/operations.md` documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Description {
+    /// The exposed name (`_total` included for counters).
+    pub name: String,
+    /// `counter`, `gauge` or `histogram`.
+    pub kind: String,
+    /// The `# HELP` text.
+    pub help: String,
+    /// Label names, in order (`le` of histogram buckets not included).
+    pub labels: Vec<String>,
+}
+
+/// A set of metric families rendered together. Families are added while it is built
+/// (`&mut self`); recording through their handles needs no access to the registry.
+#[derive(Debug)]
 pub struct Registry {
-    families: Arc<Mutex<Vec<Arc<dyn Collect>>>>,
-    errors: Arc<AtomicU64>,
+    inner: prometheus_client::registry::Registry,
+    described: Vec<Description>,
+    names: BTreeSet<String>,
+    errors: Counter,
 }
 
 impl Default for Registry {
@@ -35,38 +68,34 @@ impl Default for Registry {
     }
 }
 
-impl fmt::Debug for Registry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = lock(&self.families)
-            .iter()
-            .map(|c| c.name().to_owned())
-            .collect();
-        f.debug_struct("Registry")
-            .field("families", &names)
-            .field("errors", &self.errors())
-            .finish()
-    }
-}
-
 impl Registry {
     /// An empty registry; it always exports [`ERRORS_METRIC`].
     pub fn new() -> Self {
-        let errors = Arc::new(AtomicU64::new(0));
-        let own: Arc<dyn Collect> = Arc::new(ErrorsCollector(errors.clone()));
-        Self {
-            families: Arc::new(Mutex::new(vec![own])),
+        let family = Family::<LabelSet, Counter>::default();
+        let errors = family.get_or_create_owned(&Vec::new());
+        let mut registry = Self {
+            inner: prometheus_client::registry::Registry::default(),
+            described: Vec::new(),
+            names: BTreeSet::new(),
             errors,
-        }
+        };
+        registry.register(
+            ERRORS_METRIC,
+            "Metric observations dropped because of a label count mismatch, and metrics refused at registration.",
+            &[],
+            family,
+        );
+        registry
     }
 
-    /// Registers a counter family.
-    pub fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
-        CounterVec(self.register(name, help, labels, ()))
+    /// Registers a counter family. The name ends in `_total`, as exposed.
+    pub fn counter_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> CounterVec {
+        CounterVec(self.register(name, help, labels, Family::default()))
     }
 
     /// Registers a gauge family.
-    pub fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-        GaugeVec(self.register(name, help, labels, ()))
+    pub fn gauge_vec(&mut self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        GaugeVec(self.register(name, help, labels, Family::default()))
     }
 
     /// Registers a histogram family with the given bucket upper bounds.
@@ -74,7 +103,7 @@ impl Registry {
     /// Bounds are sorted and deduplicated; non-finite ones are dropped because `+Inf` is
     /// always added.
     pub fn histogram_vec(
-        &self,
+        &mut self,
         name: &str,
         help: &str,
         labels: &[&str],
@@ -83,68 +112,165 @@ impl Registry {
         let mut bounds: Vec<f64> = buckets.iter().copied().filter(|b| b.is_finite()).collect();
         bounds.sort_by(f64::total_cmp);
         bounds.dedup();
-        HistogramVec(self.register(name, help, labels, bounds.into()))
+        let family = Family::new_with_constructor(Buckets(bounds.into()));
+        HistogramVec(self.register(name, help, labels, family))
     }
 
     /// Observations dropped and registrations refused so far.
     pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
+        self.errors.get()
     }
 
-    /// Every family in the text exposition format 0.0.4.
+    /// What every family exports, in registration order.
+    pub fn describe(&self) -> &[Description] {
+        &self.described
+    }
+
+    /// Every family in the text exposition format 0.0.4, in registration order.
     pub fn render(&self) -> String {
-        // Snapshot the family list so rendering does not hold the registry lock.
-        let mut families: Vec<Arc<dyn Collect>> = lock(&self.families).clone();
-        families.sort_by(|a, b| a.name().cmp(b.name()));
         let mut out = String::new();
-        for family in families {
-            family.collect(&mut out);
+        // Writing to a String cannot fail, nor can the families' encoders.
+        if let Err(e) = prometheus_text::encode(&mut out, &self.inner) {
+            tracing::warn!(error = %e, "metrics not rendered completely");
         }
         out
     }
 
-    /// Creates a family and adds it to the registry. An invalid or duplicate name is counted
-    /// as an error and the family stays detached: it records but is never rendered, so a
-    /// mistake cannot corrupt the exposition.
-    fn register<S: Series>(
-        &self,
+    /// Wraps `family` and adds it to the registry. An invalid or duplicate name (or a counter
+    /// name without `_total`) is counted as an error and the family stays detached: it records
+    /// but is never rendered, so a mistake cannot corrupt the exposition.
+    fn register<M, C>(
+        &mut self,
         name: &str,
         help: &str,
         labels: &[&str],
-        config: S::Config,
-    ) -> Arc<Family<S>> {
-        let family = Arc::new(Family::<S> {
-            name: name.to_owned(),
+        family: Family<LabelSet, M, C>,
+    ) -> Arc<Shared<M, C>>
+    where
+        C: MetricConstructor<M>,
+        Shared<M, C>: Collector,
+        Family<LabelSet, M, C>: EncodeMetric,
+    {
+        let kind = family.metric_type();
+        // prometheus-client writes a counter's name with `_total` appended.
+        let stem = match kind {
+            MetricType::Counter => name.strip_suffix("_total"),
+            _ => Some(name),
+        };
+        let shared = Arc::new(Shared {
+            stem: stem.unwrap_or(name).to_owned(),
             help: help.to_owned(),
             label_names: labels.iter().map(|l| (*l).to_owned()).collect(),
-            config,
-            series: Mutex::new(BTreeMap::new()),
+            family,
+            whole: RwLock::new(()),
             errors: self.errors.clone(),
         });
         // A family without labels has exactly one series; export it (at zero) from the
         // start so rate() and absent() work before the first event.
         if labels.is_empty() {
-            family.update(&[], |_| {});
+            drop(shared.family.get_or_create(&Vec::new()));
         }
-        let valid = is_valid_name(name) && labels.iter().all(|l| is_valid_label_name(l));
-        let mut families = lock(&self.families);
-        if !valid || families.iter().any(|f| f.name() == name) {
-            drop(families);
-            self.errors.fetch_add(1, Ordering::Relaxed);
+        let valid = stem.is_some_and(|s| !s.is_empty())
+            && is_valid_name(name)
+            && labels.iter().all(|l| is_valid_label_name(l));
+        if !valid || !self.names.insert(name.to_owned()) {
+            self.errors.inc();
             tracing::warn!(
                 metric = name,
                 "metric not registered: invalid or duplicate name"
             );
         } else {
-            families.push(family.clone());
+            self.described.push(Description {
+                name: name.to_owned(),
+                kind: kind.as_str().to_owned(),
+                help: help.to_owned(),
+                labels: shared.label_names.clone(),
+            });
+            self.inner.register_collector(Box::new(shared.clone()));
         }
-        family
+        shared
+    }
+}
+
+/// One registered family: its metadata, its series, and the checks of the thin layer.
+struct Shared<M, C> {
+    /// The name given to the encoder (a counter's without `_total`).
+    stem: String,
+    help: String,
+    label_names: Vec<String>,
+    family: Family<LabelSet, M, C>,
+    /// Held for writing while every series is replaced, and for reading while the family is
+    /// encoded, so a scrape never sees half of a replacement.
+    whole: RwLock<()>,
+    errors: Counter,
+}
+
+impl<M, C> fmt::Debug for Shared<M, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Family")
+            .field("name", &self.stem)
+            .field("labels", &self.label_names)
+            .finish()
+    }
+}
+
+impl<M, C> Collector for Shared<M, C>
+where
+    M: Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    Family<LabelSet, M, C>: EncodeMetric,
+{
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let _whole = self.whole.read().unwrap_or_else(PoisonError::into_inner);
+        let metric =
+            encoder.encode_descriptor(&self.stem, &self.help, None, self.family.metric_type())?;
+        self.family.encode(metric)
+    }
+}
+
+impl<M, C> Shared<M, C> {
+    /// The label set for `values`, or `None` (counted as an error) when their number does
+    /// not match the family's label names.
+    fn labels(&self, values: &[&str]) -> Option<LabelSet> {
+        let labels = self.lookup(values);
+        if labels.is_none() {
+            self.errors.inc();
+            // debug, not warn: a wrong call site would otherwise flood the log on every event.
+            tracing::debug!(
+                metric = %self.stem,
+                expected = self.label_names.len(),
+                got = values.len(),
+                "metric observation dropped: label count mismatch"
+            );
+        }
+        labels
+    }
+
+    /// The label set for `values`, for reading: a mismatch is simply no series.
+    fn lookup(&self, values: &[&str]) -> Option<LabelSet> {
+        (values.len() == self.label_names.len()).then(|| {
+            self.label_names
+                .iter()
+                .zip(values)
+                .map(|(name, value)| (name.clone(), (*value).to_owned()))
+                .collect()
+        })
+    }
+}
+
+/// Creates a family's histograms with its bucket bounds.
+#[derive(Debug, Clone)]
+struct Buckets(Arc<[f64]>);
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
     }
 }
 
 /// A monotonically increasing count per label set.
-#[derive(Clone)]
-pub struct CounterVec(Arc<Family<u64>>);
+#[derive(Debug, Clone)]
+pub struct CounterVec(Arc<Shared<Counter, fn() -> Counter>>);
 
 impl CounterVec {
     /// Adds one.
@@ -154,83 +280,81 @@ impl CounterVec {
 
     /// Adds `n`.
     pub fn inc_by(&self, labels: &[&str], n: u64) {
-        self.0.update(labels, |v| *v = v.saturating_add(n));
+        if let Some(labels) = self.0.labels(labels) {
+            self.0.family.get_or_create(&labels).inc_by(n);
+        }
     }
 
     /// Exports the series at zero before its first event.
     pub fn init(&self, labels: &[&str]) {
-        self.0.update(labels, |_| {});
+        if let Some(labels) = self.0.labels(labels) {
+            drop(self.0.family.get_or_create(&labels));
+        }
     }
 
     /// The current count; 0 for a series never touched.
     pub fn get(&self, labels: &[&str]) -> u64 {
-        self.0.read(labels, |v| *v).unwrap_or(0)
+        self.0
+            .lookup(labels)
+            .and_then(|l| self.0.family.get(&l).map(|c| c.get()))
+            .unwrap_or(0)
     }
 }
 
 /// A value that can go up and down, per label set.
-#[derive(Clone)]
-pub struct GaugeVec(Arc<Family<f64>>);
+#[derive(Debug, Clone)]
+pub struct GaugeVec(Arc<Shared<FloatGauge, fn() -> FloatGauge>>);
 
 impl GaugeVec {
     /// Sets the value.
     pub fn set(&self, labels: &[&str], value: f64) {
-        self.0.update(labels, |v| *v = value);
+        if let Some(labels) = self.0.labels(labels) {
+            self.0.family.get_or_create(&labels).set(value);
+        }
     }
 
     /// The current value; 0 for a series never set.
     pub fn get(&self, labels: &[&str]) -> f64 {
-        self.0.read(labels, |v| *v).unwrap_or(0.0)
+        self.0
+            .lookup(labels)
+            .and_then(|l| self.0.family.get(&l).map(|g| g.get()))
+            .unwrap_or(0.0)
     }
 
     /// Stops exporting the series for `labels` (nothing happens if it does not exist).
     pub fn remove(&self, labels: &[&str]) {
-        self.0.remove(labels);
+        if let Some(labels) = self.0.lookup(labels) {
+            self.0.family.remove(&labels);
+        }
     }
 
-    /// Makes the family hold exactly `series`: each is set, every other series is removed.
-    /// Label sets of the wrong length are dropped and counted as errors.
+    /// Makes the family hold exactly `series`: each is set, every other series is removed, and
+    /// a scrape sees either the old set or the new one. Label sets of the wrong length are
+    /// dropped and counted as errors.
     pub fn replace_all(&self, series: &[(Vec<String>, f64)]) {
-        self.0.replace_all(series);
-    }
-
-    /// The label values of every series, sorted.
-    pub fn label_sets(&self) -> Vec<Vec<String>> {
-        lock(&self.0.series).keys().cloned().collect()
+        let _whole = self.0.whole.write().unwrap_or_else(PoisonError::into_inner);
+        self.0.family.clear();
+        for (values, value) in series {
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            if let Some(labels) = self.0.labels(&values) {
+                self.0.family.get_or_create(&labels).set(*value);
+            }
+        }
     }
 }
 
 /// Observations counted into buckets, per label set.
-#[derive(Clone)]
-pub struct HistogramVec(Arc<Family<Histogram>>);
+#[derive(Debug, Clone)]
+pub struct HistogramVec(Arc<Shared<Histogram, Buckets>>);
 
 impl HistogramVec {
     /// Records one observation.
     pub fn observe(&self, labels: &[&str], value: f64) {
-        self.0.update(labels, |h| h.observe(value));
-    }
-
-    /// Number of observations; 0 for a series never touched.
-    pub fn count(&self, labels: &[&str]) -> u64 {
-        self.0.read(labels, |h| h.count).unwrap_or(0)
-    }
-
-    /// Sum of observations; 0 for a series never touched.
-    pub fn sum(&self, labels: &[&str]) -> f64 {
-        self.0.read(labels, |h| h.sum).unwrap_or(0.0)
-    }
-}
-
-macro_rules! debug_by_name {
-    ($($ty:ident),*) => {$(
-        impl fmt::Debug for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_tuple(stringify!($ty)).field(&self.0.name).finish()
-            }
+        if let Some(labels) = self.0.labels(labels) {
+            self.0.family.get_or_create(&labels).observe(value);
         }
-    )*};
+    }
 }
-debug_by_name!(CounterVec, GaugeVec, HistogramVec);
 
 /// The controller's metrics. Names and labels are part of the product: dashboards and alerts
 /// depend on them.
@@ -289,7 +413,7 @@ impl Default for Metrics {
 impl Metrics {
     /// Registers every metric; series with a known, closed set of label values start at zero.
     pub fn new() -> Self {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let m = Self {
             reloads: r.counter_vec(
                 "portcullis_reloads_total",
@@ -422,271 +546,14 @@ impl Metrics {
         self.registry.render()
     }
 
+    /// What every family exports: names, types, help texts and label names.
+    pub fn describe(&self) -> &[Description] {
+        self.registry.describe()
+    }
+
     /// Observations dropped because of a label mismatch, and registrations refused.
     pub fn errors(&self) -> u64 {
         self.registry.errors()
-    }
-}
-
-/// One metric family: metadata plus its series keyed by label values.
-struct Family<S: Series> {
-    name: String,
-    help: String,
-    label_names: Vec<String>,
-    config: S::Config,
-    series: Mutex<BTreeMap<Vec<String>, S>>,
-    errors: Arc<AtomicU64>,
-}
-
-impl<S: Series> Family<S> {
-    /// Applies `f` to the series for `labels`, creating it if needed.
-    fn update(&self, labels: &[&str], f: impl FnOnce(&mut S)) {
-        if labels.len() != self.label_names.len() {
-            self.errors.fetch_add(1, Ordering::Relaxed);
-            // debug, not warn: a wrong call site would otherwise flood the log on every event.
-            tracing::debug!(
-                metric = %self.name,
-                expected = self.label_names.len(),
-                got = labels.len(),
-                "metric observation dropped: label count mismatch"
-            );
-            return;
-        }
-        let key: Vec<String> = labels.iter().map(|l| (*l).to_owned()).collect();
-        let mut series = lock(&self.series);
-        let value = series.entry(key).or_insert_with(|| S::new(&self.config));
-        f(value);
-    }
-
-    fn remove(&self, labels: &[&str]) {
-        lock(&self.series).retain(|k, _| !k.iter().map(String::as_str).eq(labels.iter().copied()));
-    }
-
-    fn read<R>(&self, labels: &[&str], f: impl FnOnce(&S) -> R) -> Option<R> {
-        let series = lock(&self.series);
-        series
-            .iter()
-            .find(|(k, _)| k.iter().map(String::as_str).eq(labels.iter().copied()))
-            .map(|(_, v)| f(v))
-    }
-}
-
-impl Family<f64> {
-    /// Replaces every series at once, so a scrape never sees half of an update.
-    fn replace_all(&self, series: &[(Vec<String>, f64)]) {
-        let mut next = BTreeMap::new();
-        for (labels, value) in series {
-            if labels.len() == self.label_names.len() {
-                next.insert(labels.clone(), *value);
-            } else {
-                self.errors.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        *lock(&self.series) = next;
-    }
-}
-
-/// What the registry needs from a family: its name and its text.
-trait Collect: Send + Sync {
-    fn name(&self) -> &str;
-    fn collect(&self, out: &mut String);
-}
-
-impl<S: Series> Collect for Family<S> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn collect(&self, out: &mut String) {
-        write_header(out, &self.name, &self.help, S::TYPE);
-        for (values, series) in lock(&self.series).iter() {
-            let labels = Labels {
-                names: &self.label_names,
-                values,
-            };
-            series.write(&self.name, &labels, out);
-        }
-    }
-}
-
-/// The registry's own error counter, exported like any other counter.
-struct ErrorsCollector(Arc<AtomicU64>);
-
-impl Collect for ErrorsCollector {
-    fn name(&self) -> &str {
-        ERRORS_METRIC
-    }
-
-    fn collect(&self, out: &mut String) {
-        write_header(
-            out,
-            ERRORS_METRIC,
-            "Metric observations dropped because of a label count mismatch, and metrics refused at registration.",
-            "counter",
-        );
-        let _ = writeln!(out, "{ERRORS_METRIC} {}", self.0.load(Ordering::Relaxed));
-    }
-}
-
-/// The value kept per label set, and how it is written out.
-trait Series: Send + 'static {
-    /// The `# TYPE` keyword.
-    const TYPE: &'static str;
-    /// Family-wide settings needed to create a series (histogram bounds).
-    type Config: Send + Sync + 'static;
-    fn new(config: &Self::Config) -> Self;
-    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String);
-}
-
-impl Series for u64 {
-    const TYPE: &'static str = "counter";
-    type Config = ();
-
-    fn new((): &()) -> Self {
-        0
-    }
-
-    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
-        out.push_str(name);
-        labels.write(out, None);
-        let _ = writeln!(out, " {self}");
-    }
-}
-
-impl Series for f64 {
-    const TYPE: &'static str = "gauge";
-    type Config = ();
-
-    fn new((): &()) -> Self {
-        0.0
-    }
-
-    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
-        out.push_str(name);
-        labels.write(out, None);
-        out.push(' ');
-        write_float(out, *self);
-        out.push('\n');
-    }
-}
-
-/// One histogram series. `buckets[i]` counts observations in `(bounds[i-1], bounds[i]]`; they
-/// are made cumulative when written.
-struct Histogram {
-    bounds: Arc<[f64]>,
-    buckets: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn observe(&mut self, value: f64) {
-        // One slot per finite bound; values above all of them (and NaN) are only in `count`,
-        // which is what the `+Inf` bucket shows.
-        if let Some(slot) = self.bounds.iter().position(|b| value <= *b) {
-            self.buckets[slot] += 1;
-        }
-        self.sum += value;
-        self.count += 1;
-    }
-}
-
-impl Series for Histogram {
-    const TYPE: &'static str = "histogram";
-    type Config = Arc<[f64]>;
-
-    fn new(bounds: &Arc<[f64]>) -> Self {
-        Self {
-            bounds: bounds.clone(),
-            buckets: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn write(&self, name: &str, labels: &Labels<'_>, out: &mut String) {
-        let mut cumulative = 0u64;
-        let mut le = String::new();
-        for (bound, n) in self.bounds.iter().zip(&self.buckets) {
-            cumulative += n;
-            le.clear();
-            write_float(&mut le, *bound);
-            let _ = write!(out, "{name}_bucket");
-            labels.write(out, Some(("le", &le)));
-            let _ = writeln!(out, " {cumulative}");
-        }
-        let _ = write!(out, "{name}_bucket");
-        labels.write(out, Some(("le", "+Inf")));
-        let _ = writeln!(out, " {}", self.count);
-        let _ = write!(out, "{name}_sum");
-        labels.write(out, None);
-        out.push(' ');
-        write_float(out, self.sum);
-        out.push('\n');
-        let _ = write!(out, "{name}_count");
-        labels.write(out, None);
-        let _ = writeln!(out, " {}", self.count);
-    }
-}
-
-/// A series' label names and values, written as `{a="1",b="2"}` (nothing when empty).
-struct Labels<'a> {
-    names: &'a [String],
-    values: &'a [String],
-}
-
-impl Labels<'_> {
-    fn write(&self, out: &mut String, extra: Option<(&str, &str)>) {
-        let pairs = self
-            .names
-            .iter()
-            .map(String::as_str)
-            .zip(self.values.iter().map(String::as_str))
-            .chain(extra);
-        let mut first = true;
-        for (name, value) in pairs {
-            out.push(if first { '{' } else { ',' });
-            first = false;
-            out.push_str(name);
-            out.push_str("=\"");
-            for c in value.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '"' => out.push_str("\\\""),
-                    '\n' => out.push_str("\\n"),
-                    c => out.push(c),
-                }
-            }
-            out.push('"');
-        }
-        if !first {
-            out.push('}');
-        }
-    }
-}
-
-fn write_header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = write!(out, "# HELP {name} ");
-    // HELP text escapes only backslash and newline; quotes stay as they are.
-    for c in help.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    let _ = writeln!(out, "\n# TYPE {name} {kind}");
-}
-
-/// Writes a sample value the way Prometheus parses it: `+Inf`, `-Inf`, `NaN`, or Rust's
-/// shortest round-trip decimal (which never uses an exponent).
-fn write_float(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
-    } else {
-        let _ = write!(out, "{v}");
     }
 }
 
@@ -704,27 +571,26 @@ fn is_valid_label_name(name: &str) -> bool {
     is_valid_name(name) && !name.contains(':') && !name.starts_with("__") && name != "le"
 }
 
-/// Metric state stays consistent even if a holder panicked (every update is a single step),
-/// so a poisoned lock is simply taken over.
-fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The value of one series in an exposition, if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
     #[test]
     fn renders_small_registry_exactly() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let requests = r.counter_vec(
             "test_requests_total",
             "Requests served.\nBy \\ code.",
             &["code", "path"],
         );
         requests.inc(&["200", "/a\"b\\c\nd"]);
-        requests.inc_by(&["200", "/"], 3);
-        requests.inc(&["500", "/"]);
+        requests.inc_by(&["200", "/a\"b\\c\nd"], 2);
         requests.inc(&["200"]); // wrong label count: dropped and counted
         let latency = r.histogram_vec("test_latency_seconds", "Latency.", &[], &[1.0, 0.25]);
         for v in [0.0625, 0.25, 0.5, 4.0] {
@@ -732,12 +598,14 @@ mod tests {
         }
         let temp = r.gauge_vec("test_temperature", "Temperature.", &["room"]);
         temp.set(&["b"], 2.5);
-        temp.set(&["a"], -1.0);
         r.gauge_vec("test_unused", "Never set.", &["x"]);
 
         let expected = r#"# HELP portcullis_metrics_errors_total Metric observations dropped because of a label count mismatch, and metrics refused at registration.
 # TYPE portcullis_metrics_errors_total counter
 portcullis_metrics_errors_total 1
+# HELP test_requests_total Requests served.\nBy \\ code.
+# TYPE test_requests_total counter
+test_requests_total{code="200",path="/a\"b\\c\nd"} 3
 # HELP test_latency_seconds Latency.
 # TYPE test_latency_seconds histogram
 test_latency_seconds_bucket{le="0.25"} 2
@@ -745,14 +613,8 @@ test_latency_seconds_bucket{le="1"} 3
 test_latency_seconds_bucket{le="+Inf"} 4
 test_latency_seconds_sum 4.8125
 test_latency_seconds_count 4
-# HELP test_requests_total Requests served.\nBy \\ code.
-# TYPE test_requests_total counter
-test_requests_total{code="200",path="/"} 3
-test_requests_total{code="200",path="/a\"b\\c\nd"} 1
-test_requests_total{code="500",path="/"} 1
 # HELP test_temperature Temperature.
 # TYPE test_temperature gauge
-test_temperature{room="a"} -1
 test_temperature{room="b"} 2.5
 # HELP test_unused Never set.
 # TYPE test_unused gauge
@@ -762,35 +624,30 @@ test_temperature{room="b"} 2.5
 
     #[test]
     fn histogram_with_labels_is_cumulative() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let h = r.histogram_vec("h_seconds", "H.", &["op"], &[0.1, 1.0]);
         h.observe(&["x"], 0.1); // on the bound: counts in that bucket
         h.observe(&["x"], 0.1);
         h.observe(&["x"], 20.0);
         h.observe(&["x", "y"], 1.0); // dropped
-        assert_eq!(h.count(&["x"]), 3);
-        assert_eq!(h.count(&["y"]), 0);
-        assert!((h.sum(&["x"]) - 20.2).abs() < 1e-9);
         let text = r.render();
-        assert!(
-            text.contains("h_seconds_bucket{op=\"x\",le=\"0.1\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("h_seconds_bucket{op=\"x\",le=\"1\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("h_seconds_bucket{op=\"x\",le=\"+Inf\"} 3\n"),
-            "{text}"
-        );
-        assert!(text.contains("h_seconds_count{op=\"x\"} 3\n"), "{text}");
+        for (series, value) in [
+            ("h_seconds_bucket{op=\"x\",le=\"0.1\"}", 2.0),
+            ("h_seconds_bucket{op=\"x\",le=\"1\"}", 2.0),
+            ("h_seconds_bucket{op=\"x\",le=\"+Inf\"}", 3.0),
+            ("h_seconds_count{op=\"x\"}", 3.0),
+        ] {
+            assert_eq!(sample(&text, series), Some(value), "{series}\n{text}");
+        }
+        let sum = sample(&text, "h_seconds_sum{op=\"x\"}").unwrap_or_default();
+        assert!((sum - 20.2).abs() < 1e-9, "{text}");
+        assert!(!text.contains("op=\"y\""), "{text}");
         assert_eq!(r.errors(), 1);
     }
 
     #[test]
     fn getters_and_mismatches() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let c = r.counter_vec("c_total", "C.", &["a"]);
         c.inc(&["x"]);
         c.inc_by(&["x"], 4);
@@ -798,74 +655,98 @@ test_temperature{room="b"} 2.5
         c.inc(&["x", "y"]);
         assert_eq!(c.get(&["x"]), 5);
         assert_eq!(c.get(&["nope"]), 0);
+        assert_eq!(c.get(&[]), 0);
         let g = r.gauge_vec("g", "G.", &[]);
         assert_eq!(g.get(&[]), 0.0);
         g.set(&[], 7.5);
         assert_eq!(g.get(&[]), 7.5);
         g.set(&["extra"], 1.0);
         assert_eq!(r.errors(), 3);
+        assert_eq!(sample(&r.render(), ERRORS_METRIC), Some(3.0));
     }
 
     #[test]
     fn bad_registrations_are_counted_not_rendered() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let first = r.counter_vec("dup_total", "First.", &[]);
         let second = r.counter_vec("dup_total", "Second.", &[]);
         let bad = r.gauge_vec("bad name", "Bad.", &[]);
         let bad_label = r.gauge_vec("bad_label", "Bad.", &["le"]);
+        // The encoder would expose `bad_count_total`: a different name than the one given.
+        let bad_counter = r.counter_vec("bad_count", "Bad.", &[]);
+        let bare_suffix = r.counter_vec("_total", "Bad.", &[]);
         first.inc(&[]);
         second.inc_by(&[], 10);
         bad.set(&[], 1.0);
         bad_label.set(&["1"], 1.0);
+        bad_counter.inc(&[]);
+        bare_suffix.inc(&[]);
         let text = r.render();
-        assert!(text.contains("dup_total 1\n"), "{text}");
+        assert_eq!(sample(&text, "dup_total"), Some(1.0), "{text}");
         assert!(!text.contains("Second."), "{text}");
         assert!(!text.contains("bad"), "{text}");
-        assert_eq!(r.errors(), 3);
+        assert!(!text.contains("\n_total"), "{text}");
+        assert_eq!(r.errors(), 5);
+        let names: Vec<&str> = r.describe().iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, [ERRORS_METRIC, "dup_total"]);
     }
 
     #[test]
     fn gauge_series_can_be_removed_and_replaced() {
-        let r = Registry::new();
+        let mut r = Registry::new();
         let g = r.gauge_vec("expiry", "E.", &["secret"]);
         g.set(&["a/x"], 1.0);
         g.set(&["a/y"], 2.0);
         g.remove(&["a/x"]);
         g.remove(&["nope"]);
-        assert_eq!(g.label_sets(), vec![vec!["a/y".to_string()]]);
+        g.remove(&[]);
+        let text = r.render();
+        assert!(!text.contains("a/x"), "{text}");
+        assert_eq!(sample(&text, "expiry{secret=\"a/y\"}"), Some(2.0), "{text}");
         g.replace_all(&[
             (vec!["b/z".to_string()], 3.0),
             (vec!["a/y".to_string()], 4.0),
             (vec![], 5.0), // wrong label count: dropped and counted
         ]);
         let text = r.render();
-        assert!(
-            text.contains(
-                "# TYPE expiry gauge\nexpiry{secret=\"a/y\"} 4\nexpiry{secret=\"b/z\"} 3\n#"
-            ),
-            "{text}"
-        );
+        assert_eq!(sample(&text, "expiry{secret=\"a/y\"}"), Some(4.0), "{text}");
+        assert_eq!(sample(&text, "expiry{secret=\"b/z\"}"), Some(3.0), "{text}");
+        assert_eq!(text.matches("expiry{").count(), 2, "{text}");
         g.replace_all(&[]);
-        assert!(text.contains("# TYPE expiry gauge"), "{text}");
-        assert!(!r.render().contains("expiry{"));
+        let text = r.render();
+        assert!(text.contains("# TYPE expiry gauge\n"), "{text}");
+        assert!(!text.contains("expiry{"), "{text}");
         assert_eq!(r.errors(), 1);
     }
 
     #[test]
-    fn floats_render_as_prometheus_parses_them() {
-        let mut out = String::new();
-        for v in [
-            1.0,
-            0.001,
-            1.5e9,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-        ] {
-            write_float(&mut out, v);
-            out.push(' ');
+    fn a_scrape_never_sees_half_a_replacement() {
+        let mut r = Registry::new();
+        let g = r.gauge_vec("expiry", "E.", &["secret"]);
+        let set = |value: f64| -> Vec<(Vec<String>, f64)> {
+            (0..50)
+                .map(|i| (vec![format!("ns/s{i}-{value}")], value))
+                .collect()
+        };
+        let (a, b) = (set(1.0), set(2.0));
+        g.replace_all(&a);
+        // The handle moves to the writer; the registry keeps rendering the same family.
+        let writer = std::thread::spawn(move || {
+            for round in 0..400 {
+                g.replace_all(if round % 2 == 0 { &b } else { &a });
+            }
+        });
+        for _ in 0..400 {
+            let text = r.render();
+            let values: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("expiry{"))
+                .filter_map(|l| l.rsplit(' ').next())
+                .collect();
+            assert_eq!(values.len(), 50, "{text}");
+            assert!(values.iter().all(|v| *v == values[0]), "{text}");
         }
-        assert_eq!(out, "1 0.001 1500000000 +Inf -Inf NaN ");
+        assert!(writer.join().is_ok());
     }
 
     #[test]
@@ -875,6 +756,16 @@ test_temperature{room="b"} 2.5
         m.runtime_commands.inc(&["set server", "ok"]);
         m.script_errors.inc(&["policy/10-auth.rhai"]);
         let text = m.render();
+        let exported: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.split_once(' '))
+            .collect();
+        let described: Vec<(&str, &str)> = m
+            .describe()
+            .iter()
+            .map(|d| (d.name.as_str(), d.kind.as_str()))
+            .collect();
+        assert_eq!(exported, described);
         for name in [
             "portcullis_reloads_total",
             "portcullis_reload_failures_total",
@@ -897,25 +788,26 @@ test_temperature{room="b"} 2.5
             );
         }
         // Closed label sets and label-less series are exported before any event.
-        assert!(text.contains("portcullis_reload_failures_total{stage=\"verify\"} 0\n"));
-        assert!(text.contains("portcullis_applies_total{outcome=\"unchanged\"} 0\n"));
-        assert!(text.contains("portcullis_input_diagnostics{severity=\"error\"} 0\n"));
-        assert!(text.contains("portcullis_config_check_failures_total 0\n"));
-        assert!(text.contains("portcullis_ready 0\n"));
-        assert!(text.contains("portcullis_apply_duration_seconds_bucket{le=\"0.001\"} 0\n"));
-        assert!(text.contains("portcullis_apply_duration_seconds_bucket{le=\"10\"} 0\n"));
-        assert!(text.contains(
-            "portcullis_runtime_commands_total{command=\"set server\",outcome=\"ok\"} 1\n"
-        ));
+        for series in [
+            "portcullis_reload_failures_total{stage=\"verify\"}",
+            "portcullis_applies_total{outcome=\"unchanged\"}",
+            "portcullis_input_diagnostics{severity=\"error\"}",
+            "portcullis_config_check_failures_total",
+            "portcullis_ready",
+            "portcullis_apply_duration_seconds_bucket{le=\"0.001\"}",
+            "portcullis_apply_duration_seconds_bucket{le=\"10\"}",
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series}\n{text}");
+        }
+        assert_eq!(
+            sample(
+                &text,
+                "portcullis_runtime_commands_total{command=\"set server\",outcome=\"ok\"}"
+            ),
+            Some(1.0)
+        );
+        // Families without a series yet are announced all the same.
+        assert!(text.contains("# TYPE portcullis_cluster_watch_stale_seconds gauge\n"));
         assert_eq!(m.errors(), 0);
-        // Families come out sorted by name.
-        let names: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE "))
-            .filter_map(|l| l.split(' ').next())
-            .collect();
-        let mut sorted = names.clone();
-        sorted.sort_unstable();
-        assert_eq!(names, sorted);
     }
 }

@@ -197,6 +197,8 @@ fn scripts_and_templates_list_name_their_layer() {
         "// Scope: route\n// Risk: medium\nfn route(ctx) { #{} }",
     )
     .unwrap();
+    // An empty file switches the bundled script off: it declares no risk.
+    std::fs::write(site.path().join("hsts.rhai"), "").unwrap();
     let out = portcullis(&[
         "scripts",
         "list",
@@ -220,6 +222,14 @@ fn scripts_and_templates_list_name_their_layer() {
         "risk shown"
     );
     assert!(line("load-balance.rhai").ends_with("bundled"));
+    let disabled = line("hsts.rhai");
+    assert!(disabled.contains("(disabled)"), "{disabled}");
+    assert!(
+        !["low", "medium", "high", "critical"]
+            .iter()
+            .any(|r| disabled.contains(&format!(" {r} "))),
+        "no risk for a disabled file: {disabled}"
+    );
     let out = portcullis(&["templates", "list"]);
     assert!(
         text(&out.stdout)

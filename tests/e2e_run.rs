@@ -1566,3 +1566,44 @@ fn servers_state_read_line_by_line_is_the_whole_answer() {
     let ports: BTreeSet<u16> = pool.iter().map(|p| p.1).collect();
     assert_eq!(ports, BTreeSet::from([a, b]));
 }
+
+/// `/readyz` shows the outcome of the last apply, an unchanged one included.
+#[test]
+fn readiness_reports_an_unchanged_apply() {
+    let mut h = Harness::new();
+    let backend = h.backend(NS, "web");
+    h.write("web.yaml", &backend);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "web",
+            &[route(Some("web.example.com"), "/", "Prefix", "web")],
+            None,
+            &[],
+        ),
+    );
+    h.start(&[]);
+    let outcome = |h: &Harness| {
+        h.readyz()
+            .and_then(|(_, r)| r["last_outcome"].as_str().map(str::to_string))
+            .unwrap_or_default()
+    };
+    assert!(outcome(&h).starts_with("reloaded: "), "{}", outcome(&h));
+    // An Ingress of another class changes nothing Portcullis serves.
+    h.write(
+        "other.yaml",
+        &ingress(
+            NS,
+            "other",
+            &[route(Some("other.example.com"), "/", "Prefix", "web")],
+            None,
+            &[],
+        )
+        .replace("ingressClassName: portcullis", "ingressClassName: nginx"),
+    );
+    wait_until(APPLY_TIMEOUT, "an unchanged apply is reported", || {
+        outcome(&h) == "unchanged"
+    });
+    assert_eq!(h.who("web.example.com", "/"), "web");
+}

@@ -1,25 +1,37 @@
 //! Observability of a running `portcullis run`: the metrics table of docs/operations.md lists
-//! exactly the metric families `/metrics` exports, certificate expiry is exported per Secret,
-//! logs come out as JSON lines with `--log-format json`, and the log filter can be changed
-//! through the admin endpoint.
+//! exactly the metric families `/metrics` exports (names, types, label names and help texts),
+//! certificate expiry is exported per Secret, logs come out as JSON lines with
+//! `--log-format json`, and the log filter can be changed through the admin endpoint.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use portcullis::metrics::Metrics;
 use support::{
     APPLY_TIMEOUT, Harness, holds_for, ingress, route, self_signed, tls_secret, wait_until,
 };
 
 const NS: &str = "shop";
 
+/// A metric family as documented or as exported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Family {
+    /// `counter`, `gauge` or `histogram`.
+    kind: String,
+    /// Label names, in order (`le` of histogram buckets not included).
+    labels: Vec<String>,
+    help: String,
+}
+
 /// The metrics table of docs/operations.md: metric name → the first word of its "type,
-/// labels" column (`counter`, `gauge`, `histogram`).
-fn documented_metrics() -> BTreeMap<String, String> {
+/// labels" column (`counter`, `gauge`, `histogram`), the label names that column gives (the
+/// first backquoted word of each `;`-separated part after the type), and the help column.
+fn documented_metrics() -> BTreeMap<String, Family> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
         .expect("reading docs/operations.md");
     let section = doc
@@ -29,13 +41,30 @@ fn documented_metrics() -> BTreeMap<String, String> {
     let mut metrics = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        assert!(cells.len() >= 5, "a metrics row has four columns: {line}");
         let name = cells[1].trim_matches('`');
-        let kind = cells[2]
+        let mut parts = cells[2].split(';');
+        let kind = parts
+            .next()
+            .unwrap_or_default()
             .split(|c: char| !c.is_ascii_alphabetic())
             .next()
             .unwrap_or_default();
+        let labels = parts
+            .map(|part| {
+                part.split('`')
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{name}: no `label` in {part:?}"))
+                    .to_string()
+            })
+            .collect();
+        let family = Family {
+            kind: kind.to_string(),
+            labels,
+            help: cells[3].to_string(),
+        };
         assert!(
-            metrics.insert(name.to_string(), kind.to_string()).is_none(),
+            metrics.insert(name.to_string(), family).is_none(),
             "{name} is documented twice"
         );
     }
@@ -43,15 +72,122 @@ fn documented_metrics() -> BTreeMap<String, String> {
     metrics
 }
 
-/// The families of a Prometheus text exposition: name → type, from the `# TYPE` lines.
-fn exported_families(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .map(|l| {
-            let (name, kind) = l.split_once(' ').expect("`# TYPE name kind`");
-            (name.to_string(), kind.to_string())
+/// The families of a Prometheus text exposition (0.0.4): name → type and help from the
+/// `# TYPE` and `# HELP` lines, and labels from the family's first sample; with the names of
+/// the families that have a sample (label names show only on those).
+fn exported_families(text: &str) -> (BTreeMap<String, Family>, BTreeSet<String>) {
+    let mut families: BTreeMap<String, Family> = BTreeMap::new();
+    let mut sampled = BTreeSet::new();
+    fn entry<'a>(families: &'a mut BTreeMap<String, Family>, name: &str) -> &'a mut Family {
+        families.entry(name.to_string()).or_insert_with(|| Family {
+            kind: String::new(),
+            labels: Vec::new(),
+            help: String::new(),
         })
-        .collect()
+    }
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').expect("`# HELP name text`");
+            entry(&mut families, name).help = help.replace("\\n", "\n").replace("\\\\", "\\");
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("`# TYPE name kind`");
+            entry(&mut families, name).kind = kind.to_string();
+        } else if !line.starts_with('#') {
+            let end = line.find(['{', ' ']).expect("`name{labels} value`");
+            let series = &line[..end];
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|suffix| series.strip_suffix(suffix))
+                .find(|base| families.get(*base).is_some_and(|f| f.kind == "histogram"))
+                .unwrap_or(series);
+            let family = families
+                .get_mut(name)
+                .unwrap_or_else(|| panic!("a sample before its `# TYPE` line: {line}"));
+            if sampled.insert(name.to_string()) {
+                let histogram = family.kind == "histogram";
+                family.labels = label_names(&line[end..])
+                    .into_iter()
+                    .filter(|l| !(histogram && l == "le"))
+                    .collect();
+            }
+        }
+    }
+    (families, sampled)
+}
+
+/// The label names of a sample line's `{a="x",b="y\"z"} value` part, in order.
+fn label_names(rest: &str) -> Vec<String> {
+    let Some(mut rest) = rest.strip_prefix('{') else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    while let Some((name, after)) = rest.split_once("=\"") {
+        names.push(name.to_string());
+        // Skip the value, whose `\"` and `\\` escapes do not end it.
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    chars.next();
+                }
+                '"' => {
+                    end = i;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &after[end + 1..];
+        match rest.strip_prefix(',') {
+            Some(next) => rest = next,
+            None => break,
+        }
+    }
+    names
+}
+
+/// Where `exported` and `documented` differ, one line each (empty when equal).
+fn differences(
+    exported: &BTreeMap<String, Family>,
+    documented: &BTreeMap<String, Family>,
+    compare_labels: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in exported.keys().filter(|m| !documented.contains_key(*m)) {
+        out.push(format!(
+            "{name}: exported but not in the docs/operations.md metrics table"
+        ));
+    }
+    for name in documented.keys().filter(|m| !exported.contains_key(*m)) {
+        out.push(format!("{name}: documented but not exported"));
+    }
+    for (name, e) in exported {
+        let Some(d) = documented.get(name) else {
+            continue;
+        };
+        // `portcullis_cluster_watch_errors_total` is a gauge despite its name, and documented
+        // as one.
+        if e.kind != d.kind {
+            out.push(format!(
+                "{name}: exported {}, documented {}",
+                e.kind, d.kind
+            ));
+        }
+        if e.help != d.help {
+            out.push(format!(
+                "{name}: help text exported {:?}, documented {:?}",
+                e.help, d.help
+            ));
+        }
+        if compare_labels(name) && e.labels != d.labels {
+            out.push(format!(
+                "{name}: labels exported {:?}, documented {:?}",
+                e.labels, d.labels
+            ));
+        }
+    }
+    out
 }
 
 #[test]
@@ -60,33 +196,45 @@ fn documented_metrics_are_exactly_the_exported_ones() {
     h.start(&[]);
     let answer = h.admin("/metrics").expect("/metrics answers");
     assert_eq!(answer.status, 200);
-    let exported = exported_families(&answer.body);
-    let documented = documented_metrics();
-
-    let undocumented: Vec<&String> = exported
-        .keys()
-        .filter(|m| !documented.contains_key(*m))
-        .collect();
-    let missing: Vec<&String> = documented
-        .keys()
-        .filter(|m| !exported.contains_key(*m))
-        .collect();
-    assert!(
-        undocumented.is_empty() && missing.is_empty(),
-        "exported but not in the docs/operations.md metrics table: {undocumented:?}\n\
-         documented but not exported: {missing:?}\n{}",
-        answer.body
+    // The header names the format the body is written in, so Prometheus parses it as such.
+    assert_eq!(
+        answer.header("content-type"),
+        Some(portcullis::metrics::CONTENT_TYPE)
     );
-    let mut wrong_type = Vec::new();
-    for (name, kind) in &exported {
-        let doc_kind = &documented[name];
-        // `portcullis_cluster_watch_errors_total` is a gauge despite its name, and documented
-        // as one.
-        if doc_kind != kind {
-            wrong_type.push(format!("{name}: exported {kind}, documented {doc_kind}"));
-        }
-    }
-    assert!(wrong_type.is_empty(), "{wrong_type:#?}");
+    let (exported, sampled) = exported_families(&answer.body);
+    // Label names show only on families with a series; the registered families are held to
+    // the table, labels included, by `the_families_registered_are_the_documented_ones`.
+    let wrong = differences(&exported, &documented_metrics(), |name| {
+        sampled.contains(name)
+    });
+    assert!(wrong.is_empty(), "{wrong:#?}\n{}", answer.body);
+}
+
+#[test]
+fn the_families_registered_are_the_documented_ones() {
+    let registered: BTreeMap<String, Family> = Metrics::new()
+        .describe()
+        .iter()
+        .map(|d| {
+            let family = Family {
+                kind: d.kind.clone(),
+                labels: d.labels.clone(),
+                help: d.help.clone(),
+            };
+            (d.name.clone(), family)
+        })
+        .collect();
+    let wrong = differences(&registered, &documented_metrics(), |_| true);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+#[test]
+fn label_names_of_a_sample_line() {
+    assert!(label_names(" 1").is_empty());
+    assert_eq!(
+        label_names(r#"{a="x",b="y\"z,c=\\",le="+Inf"} 3"#),
+        ["a", "b", "le"]
+    );
 }
 
 #[test]

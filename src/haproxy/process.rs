@@ -55,6 +55,7 @@ fn output_pace(read: usize, since: Duration, capacity: usize) -> Duration {
 /// left unread would silence HAProxy's log.
 fn forward_output(
     mut stream: impl std::io::Read,
+    which: Stream,
     capacity: usize,
     start_up: &UnboundedSender<String>,
 ) {
@@ -81,28 +82,58 @@ fn forward_output(
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        emit_output_lines(&pending[..complete], start_up);
+        emit_output_lines(&pending[..complete], which, start_up);
         pending.drain(..complete);
         std::thread::sleep(pace);
     }
-    emit_output_lines(&pending, start_up);
+    emit_output_lines(&pending, which, start_up);
+}
+
+/// Which of HAProxy's output streams a reader reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// `log stdout`: the request log, and what HAProxy also logs about its proxies.
+    Stdout,
+    /// HAProxy's own messages, `[NOTICE]`, `[WARNING]`, `[ALERT]` with its process id.
+    Stderr,
+}
+
+/// Whether a line of the request log stream is one of HAProxy's notices about a proxy
+/// starting, pausing or stopping. HAProxy writes those twice: to its log (`log stdout`) and,
+/// with their severity and process id, to stderr; the stderr copy is the one kept.
+fn proxy_notice(line: &[u8]) -> bool {
+    const NOTICES: [&[u8]; 6] = [
+        b"Proxy ",
+        b"Stopping proxy ",
+        b"Stopping frontend ",
+        b"Stopping backend ",
+        b"Pausing proxy ",
+        b"Resuming proxy ",
+    ];
+    NOTICES.iter().any(|n| line.starts_with(n))
 }
 
 /// Logs the lines of `text` (one write for all) and sends them to `start_up` while someone
 /// listens there.
-fn emit_output_lines(text: &[u8], start_up: &UnboundedSender<String>) {
+fn emit_output_lines(text: &[u8], which: Stream, start_up: &UnboundedSender<String>) {
     let lines = || {
         text.split(|&b| b == b'\n')
             .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
             .filter(|line| !line.is_empty())
+            .filter(move |line| which == Stream::Stderr || !proxy_notice(line))
     };
     if !start_up.is_closed() {
         for line in lines() {
             let _ = start_up.send(String::from_utf8_lossy(line).into_owned());
         }
     }
+    if !tracing::enabled!(target: "haproxy", tracing::Level::INFO) {
+        return;
+    }
     crate::logwriter::batch(&mut std::io::stderr(), || {
-        crate::logwriter::haproxy_lines(lines());
+        for line in lines() {
+            tracing::info!(target: "haproxy", "{}", String::from_utf8_lossy(line));
+        }
     });
 }
 
@@ -267,12 +298,15 @@ impl Haproxy {
         drop(process);
         let mut child = spawned.map_err(spawn_error)?;
         let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let streams = [("haproxy-stdout", stdout), ("haproxy-stderr", stderr)];
-        for ((name, stream), capacity) in streams.into_iter().zip(capacities) {
+        let streams = [
+            ("haproxy-stdout", Stream::Stdout, stdout),
+            ("haproxy-stderr", Stream::Stderr, stderr),
+        ];
+        for ((name, which, stream), capacity) in streams.into_iter().zip(capacities) {
             let tx = lines_tx.clone();
             std::thread::Builder::new()
                 .name(name.to_string())
-                .spawn(move || forward_output(stream, capacity, &tx))
+                .spawn(move || forward_output(stream, which, capacity, &tx))
                 .map_err(spawn_error)?;
         }
         drop(lines_tx);
@@ -409,6 +443,7 @@ mod tests {
             b"[NOTICE] loading\nGET /caf\xe9 HTTP/1.1\r\n\nlast line without newline";
         forward_output(
             std::io::Read::chain(&output[..10], &output[10..]),
+            Stream::Stderr,
             64 * 1024,
             &tx,
         );
@@ -425,6 +460,26 @@ mod tests {
                 "last line without newline"
             ]
         );
+    }
+
+    #[test]
+    fn proxy_notices_are_kept_from_stderr_only() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let stdout: &[u8] = b"Proxy http stopped (cumulated conns: FE: 1, BE: 0).\n\
+            127.0.0.1:5432 [05/Dec/2026:03:33:05.658] http b/SRV_1 0/0/0/1/1 200 12 - - ---- 1/1/0/0/0 0/0 \"GET /Proxy HTTP/1.1\"\n\
+            Stopping frontend http in 0 ms.\n";
+        forward_output(stdout, Stream::Stdout, 64 * 1024, &tx);
+        let stderr: &[u8] =
+            b"[WARNING]  (13284) : Proxy http stopped (cumulated conns: FE: 1, BE: 0).\n";
+        forward_output(stderr, Stream::Stderr, 64 * 1024, &tx);
+        drop(tx);
+        let mut lines = Vec::new();
+        while let Some(line) = rx.blocking_recv() {
+            lines.push(line);
+        }
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("\"GET /Proxy HTTP/1.1\""), "{lines:?}");
+        assert!(lines[1].starts_with("[WARNING]"), "{lines:?}");
     }
 
     #[test]

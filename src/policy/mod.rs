@@ -186,6 +186,15 @@ impl Declaration {
         }
     }
 
+    /// The declared risk, or `-` for an empty (disabling) file, which declares none.
+    pub fn risk_text(&self) -> &'static str {
+        if self.scope.is_empty() {
+            "-"
+        } else {
+            self.risk.as_str()
+        }
+    }
+
     pub fn scope_text(&self) -> String {
         if self.scope.is_empty() {
             return "(disabled)".to_string();
@@ -741,6 +750,7 @@ mod tests {
             off.declarations().next().unwrap().1.scope_text(),
             "(disabled)"
         );
+        assert_eq!(off.declarations().next().unwrap().1.risk_text(), "-");
         let engine = PolicyEngine::load(None).unwrap();
         let snippets = engine
             .declarations()
