@@ -127,7 +127,8 @@ const MAX_BODY: usize = 4 * 1024;
 
 const TEXT: &str = "text/plain; charset=utf-8";
 const JSON: &str = "application/json";
-const PROMETHEUS: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The exposition format is the metrics encoder's to name.
+const PROMETHEUS: &str = crate::metrics::CONTENT_TYPE;
 
 /// Limits for one connection; tests shorten them.
 #[derive(Debug, Clone, Copy)]
