@@ -13,18 +13,23 @@
 //! x-forwarded-for: 127.0.0.1
 //! ```
 //!
-//! It speaks just enough HTTP/1.x for that: one request per connection, request bodies are
-//! ignored, anything malformed gets `400 Bad Request`. It is not a general-purpose server.
+//! It serves HTTP/1 through hyper (see [`crate::http1`]), one request per connection; request
+//! bodies are ignored, anything malformed gets `400 Bad Request`, a head over 16 KiB `431`.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::http1::{self, Outcome, Unanswered};
 use crate::objects::Object;
 
 /// The request line and headers must fit in this many bytes.
@@ -36,6 +41,16 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 /// At most this many bytes are drained after answering.
 const LINGER_MAX: usize = 1024 * 1024;
+/// The bounds of one connection; the answer needs no more time than the head.
+const LIMITS: http1::Limits = http1::Limits {
+    max_head: MAX_HEAD,
+    head_timeout: HEAD_TIMEOUT,
+    exchange_timeout: Duration::from_secs(20),
+    linger_timeout: LINGER_TIMEOUT,
+    linger_max: LINGER_MAX,
+};
+/// The header naming the server that answered.
+const SERVED_BY: HeaderName = HeaderName::from_static("x-served-by");
 /// Pause after a failed `accept` (such as too many open files), so as not to spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -77,7 +92,7 @@ pub async fn spawn_echo(name: String, addr: SocketAddr) -> std::io::Result<EchoS
     }
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
-    let task = tokio::spawn(serve(listener, Arc::from(name.as_str())));
+    let task = tokio::spawn(serve(listener, Arc::from(name.as_str()), LIMITS));
     tracing::debug!(%addr, %name, "echo server listening");
     Ok(EchoServer { addr, name, task })
 }
@@ -160,13 +175,13 @@ pub async fn spawn_demo_backends(objects: &[Object]) -> std::io::Result<Vec<Echo
 
 /// Accepts connections, each served in its own task. The tasks live in a [`JoinSet`] owned by
 /// this future, so aborting the server ends them too.
-async fn serve(listener: TcpListener, name: Arc<str>) {
+async fn serve(listener: TcpListener, name: Arc<str>, limits: http1::Limits) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(connection(stream, peer, Arc::clone(&name)));
+                    connections.spawn(connection(stream, peer, Arc::clone(&name), limits));
                 }
                 Err(e) => {
                     tracing::warn!(server = %name, error = %e, "echo server cannot accept");
@@ -178,230 +193,108 @@ async fn serve(listener: TcpListener, name: Arc<str>) {
     }
 }
 
-async fn connection(mut stream: TcpStream, peer: SocketAddr, name: Arc<str>) {
-    if let Err(e) = exchange(&mut stream, &name).await {
-        tracing::debug!(server = %name, %peer, error = %e, "echo connection ended");
-    }
-}
-
-/// Reads one request head, writes one answer, then closes gracefully.
-async fn exchange<S>(stream: &mut S, name: &str) -> std::io::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let answer = match tokio::time::timeout(HEAD_TIMEOUT, read_head(stream)).await {
-        // Connected and closed without a word: a TCP health check.
-        Ok(Ok(Head::Empty)) => return Ok(()),
-        Ok(Ok(Head::Complete(head))) => match parse_head(&head) {
-            Ok(request) => echo_response(name, &request),
-            Err(reason) => error_response(name, 400, "Bad Request", reason),
-        },
-        Ok(Ok(Head::Incomplete)) => {
-            error_response(name, 400, "Bad Request", "the request head ended early")
-        }
-        Ok(Ok(Head::TooLarge)) => error_response(
-            name,
-            400,
-            "Bad Request",
-            "the request head is larger than 16 KiB",
+/// Answers one request, then closes gracefully.
+async fn connection(stream: TcpStream, peer: SocketAddr, name: Arc<str>, limits: http1::Limits) {
+    let service = {
+        let name = Arc::clone(&name);
+        hyper::service::service_fn(move |request| {
+            std::future::ready(Ok::<_, Infallible>(echo(&name, &request)))
+        })
+    };
+    let unanswered = |why| match why {
+        Unanswered::TimedOut => error_answer(
+            &name,
+            StatusCode::REQUEST_TIMEOUT,
+            "no complete request head",
         ),
-        Ok(Err(e)) => return Err(e),
-        Err(_) => error_response(name, 408, "Request Timeout", "no complete request head"),
+        Unanswered::Truncated => error_answer(
+            &name,
+            StatusCode::BAD_REQUEST,
+            "the request head ended early",
+        ),
     };
-    stream.write_all(&answer).await?;
-    stream.flush().await?;
-    stream.shutdown().await?;
-    // Drain what the client still sends (a body we ignore) so that closing does not turn into
-    // a reset that could destroy the answer before the client reads it.
-    let _ = tokio::time::timeout(LINGER_TIMEOUT, drain(stream)).await;
-    Ok(())
-}
-
-async fn drain<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<()> {
-    let mut buf = [0u8; 4096];
-    let mut total = 0usize;
-    while total < LINGER_MAX {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        total += n;
-    }
-    Ok(())
-}
-
-/// What arrived before the blank line ending the head.
-#[derive(Debug, PartialEq, Eq)]
-enum Head {
-    /// The client closed without sending anything.
-    Empty,
-    /// The request line and headers, up to and including the blank line.
-    Complete(Vec<u8>),
-    /// The client closed in the middle of the head.
-    Incomplete,
-    /// No blank line within [`MAX_HEAD`] bytes.
-    TooLarge,
-}
-
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<Head> {
-    let mut buf: Vec<u8> = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(if buf.iter().all(|b| matches!(b, b'\r' | b'\n')) {
-                Head::Empty
-            } else {
-                Head::Incomplete
-            });
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        // Empty lines before the request line are ignored (RFC 9112, section 2.2).
-        let start = buf
-            .iter()
-            .position(|b| !matches!(b, b'\r' | b'\n'))
-            .unwrap_or(buf.len());
-        if let Some(end) = head_end(&buf[start..]) {
-            if end > MAX_HEAD {
-                return Ok(Head::TooLarge);
-            }
-            return Ok(Head::Complete(buf[start..start + end].to_vec()));
-        }
-        if buf.len() - start > MAX_HEAD {
-            return Ok(Head::TooLarge);
-        }
+    match http1::serve_one(stream, service, limits, unanswered).await {
+        Outcome::Served => {}
+        outcome => tracing::debug!(server = %name, %peer, ?outcome, "echo connection ended"),
     }
 }
 
-/// The length of the head including the blank line that ends it (CRLF or bare LF endings).
-fn head_end(buf: &[u8]) -> Option<usize> {
-    buf.iter().enumerate().find_map(|(i, b)| {
-        if *b != b'\n' {
-            return None;
-        }
-        let rest = &buf[i + 1..];
-        if rest.starts_with(b"\r\n") {
-            Some(i + 3)
-        } else if rest.starts_with(b"\n") {
-            Some(i + 2)
-        } else {
-            None
-        }
-    })
-}
-
-/// What the echo body reports about a request.
-#[derive(Debug, PartialEq, Eq)]
-struct Request {
-    method: String,
-    target: String,
-    host: String,
-    /// `X-` headers: lowercased name and value, sorted by name, repeated headers in order.
-    x_headers: Vec<(String, String)>,
-}
-
-fn parse_head(head: &[u8]) -> Result<Request, &'static str> {
-    let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8")?;
-    let mut lines = text
-        .split('\n')
-        .map(|l| l.strip_suffix('\r').unwrap_or(l))
-        .filter(|l| !l.is_empty());
-    let request_line = lines.next().ok_or("no request line")?;
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("the request line is not METHOD TARGET VERSION");
+/// What the echo body reports about a request: `<name> <method> <target> host=<host>`, then
+/// each `X-` header as `name: value` (names lowercased, sorted, repeated headers in order).
+fn echo_body(name: &str, request: &Request<Incoming>) -> Result<String, &'static str> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let host = match (hosts.next(), hosts.next()) {
+        (_, Some(_)) => return Err("more than one Host header"),
+        (Some(host), None) => text(host)?,
+        (None, None) => "",
     };
-    if method.is_empty() || !method.bytes().all(is_token_byte) {
-        return Err("bad method");
-    }
-    if target.is_empty() || !target.bytes().all(|b| b.is_ascii_graphic() || b >= 0x80) {
-        return Err("bad request target");
-    }
-    let minor = version.strip_prefix("HTTP/1.").ok_or("not HTTP/1.x")?;
-    if minor.len() != 1 || !minor.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("not HTTP/1.x");
-    }
-    let mut host: Option<String> = None;
     let mut x_headers = Vec::new();
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            return Err("folded header lines are not accepted");
-        }
-        let (field, value) = line.split_once(':').ok_or("a header line has no ':'")?;
-        if field.is_empty() || !field.bytes().all(is_token_byte) {
-            return Err("bad header name");
-        }
-        let value = value.trim_matches([' ', '\t']);
-        if value.chars().any(|c| c.is_control() && c != '\t') {
-            return Err("control character in a header value");
-        }
-        let field = field.to_ascii_lowercase();
-        if field == "host" {
-            if host.is_some() {
-                return Err("more than one Host header");
-            }
-            host = Some(value.to_string());
-        } else if field.starts_with("x-") {
-            x_headers.push((field, value.to_string()));
+    for (field, value) in request.headers() {
+        if field.as_str().starts_with("x-") {
+            x_headers.push((field.as_str(), text(value)?));
         }
     }
     // Stable: repeated headers keep the order they came in.
-    x_headers.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Request {
-        method: method.to_string(),
-        target: target.to_string(),
-        host: host.unwrap_or_default(),
-        x_headers,
-    })
-}
-
-/// tchar (RFC 9110, section 5.6.2).
-fn is_token_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-fn echo_response(name: &str, request: &Request) -> Vec<u8> {
+    x_headers.sort_by(|a, b| a.0.cmp(b.0));
     let mut body = format!(
-        "{name} {} {} host={}\n",
-        request.method, request.target, request.host
+        "{name} {} {} host={host}\n",
+        request.method(),
+        request.uri()
     );
-    for (field, value) in &request.x_headers {
+    for (field, value) in x_headers {
         body.push_str(field);
         body.push_str(": ");
         body.push_str(value);
         body.push('\n');
     }
-    let head_only = request.method == "HEAD";
-    response(name, 200, "OK", &body, head_only)
+    Ok(body)
 }
 
-fn error_response(name: &str, status: u16, reason: &str, detail: &str) -> Vec<u8> {
-    let body = format!("{name} {status} {reason}: {detail}\n");
-    response(name, status, reason, &body, false)
+/// A header value as text (UTF-8, surrounding blanks trimmed).
+fn text(value: &HeaderValue) -> Result<&str, &'static str> {
+    std::str::from_utf8(value.as_bytes())
+        .map(|v| v.trim_matches([' ', '\t']))
+        .map_err(|_| "a header value is not UTF-8")
 }
 
-fn response(name: &str, status: u16, reason: &str, body: &str, head_only: bool) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\n\
-         Content-Type: text/plain\r\n\
-         Content-Length: {}\r\n\
-         Connection: close\r\n\
-         X-Served-By: {name}\r\n\
-         \r\n",
-        body.len()
-    )
-    .into_bytes();
-    if !head_only {
-        out.extend_from_slice(body.as_bytes());
+fn echo(name: &str, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let (status, body) = match echo_body(name, request) {
+        Ok(body) => (StatusCode::OK, body),
+        Err(reason) => (
+            StatusCode::BAD_REQUEST,
+            format!("{name} 400 Bad Request: {reason}\n"),
+        ),
+    };
+    let length = HeaderValue::from(body.len());
+    let body = if request.method() == Method::HEAD {
+        Full::default()
+    } else {
+        Full::new(Bytes::from(body))
+    };
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(header::CONTENT_LENGTH, length);
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    // `spawn_echo` refused names with control characters, the only ones a header cannot hold.
+    if let Ok(served_by) = HeaderValue::from_str(name) {
+        headers.insert(SERVED_BY, served_by);
     }
-    out
+    response
+}
+
+/// The answer to a request hyper leaves unanswered.
+fn error_answer(name: &str, status: StatusCode, detail: &str) -> Vec<u8> {
+    let reason = status.canonical_reason().unwrap_or_default();
+    let body = format!("{name} {} {reason}: {detail}\n", status.as_str());
+    http1::plain(status, "text/plain", &[("X-Served-By", name)], &body)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const WAIT: Duration = Duration::from_secs(10);
 
@@ -464,8 +357,9 @@ mod tests {
     #[tokio::test]
     async fn head_gets_headers_only_and_bodies_are_ignored() {
         let server = echo("api-1").await;
+        // An HTTP/1.0 client is answered in HTTP/1.0.
         let response = send(server.addr, b"HEAD / HTTP/1.0\r\n\r\n").await;
-        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        assert!(response.starts_with("HTTP/1.0 200 OK\r\n"), "{response}");
         assert!(response.contains("Content-Length: 19\r\n"), "{response}");
         assert!(response.ends_with("\r\n\r\n"), "{response}");
 
@@ -505,37 +399,46 @@ mod tests {
     #[tokio::test]
     async fn bad_requests_get_400() {
         let server = echo("web-2").await;
-        let too_large = {
-            let mut r = b"GET / HTTP/1.1\r\nX-Big: ".to_vec();
-            r.extend(std::iter::repeat_n(b'a', MAX_HEAD + 10));
-            r.extend_from_slice(b"\r\n\r\n");
-            r
-        };
-        let cases: Vec<Vec<u8>> = vec![
-            b"hello\r\n\r\n".to_vec(),
-            b"GET /\r\n\r\n".to_vec(),
-            b"GET / HTTP/2.0\r\n\r\n".to_vec(),
-            b"GET  / HTTP/1.1\r\n\r\n".to_vec(),
-            b"G(T / HTTP/1.1\r\n\r\n".to_vec(),
-            b"GET / HTTP/1.1\r\nno colon here\r\n\r\n".to_vec(),
-            b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n".to_vec(),
-            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n".to_vec(),
-            b"GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n".to_vec(),
-            b"GET / HTTP/1.1\r\nX-A: \x01\r\n\r\n".to_vec(),
-            b"GET /\xff HTTP/1.1\r\n\r\n".to_vec(),
-            b"\x00\x01\x02\r\n\r\n".to_vec(),
-            too_large,
+        // Refused by hyper, before the echo sees them.
+        let cases: &[&[u8]] = &[
+            b"hello\r\n\r\n",
+            b"GET /\r\n\r\n",
+            b"GET / HTTP/2.0\r\n\r\n",
+            b"GET  / HTTP/1.1\r\n\r\n",
+            b"G(T / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nno colon here\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n",
+            b"GET / HTTP/1.1\r\nX-A: \x01\r\n\r\n",
+            b"GET /\xff HTTP/1.1\r\n\r\n",
+            b"\x00\x01\x02\r\n\r\n",
         ];
         for request in cases {
-            let response = send(server.addr, &request).await;
+            let response = send(server.addr, request).await;
             assert_eq!(
                 status_line(&response),
                 "HTTP/1.1 400 Bad Request",
                 "{:?}",
-                String::from_utf8_lossy(&request[..request.len().min(60)])
+                String::from_utf8_lossy(request)
             );
-            assert!(response.contains("X-Served-By: web-2\r\n"), "{response}");
         }
+        // Refused by the echo, which signs its answer.
+        let response = send(server.addr, b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").await;
+        assert_eq!(status_line(&response), "HTTP/1.1 400 Bad Request");
+        assert!(response.contains("X-Served-By: web-2\r\n"), "{response}");
+        assert!(
+            response.ends_with("\r\n\r\nweb-2 400 Bad Request: more than one Host header\n"),
+            "{response}"
+        );
+        // A head over the limit.
+        let mut too_large = b"GET / HTTP/1.1\r\nX-Big: ".to_vec();
+        too_large.extend(std::iter::repeat_n(b'a', MAX_HEAD + 10));
+        too_large.extend_from_slice(b"\r\n\r\n");
+        let response = send(server.addr, &too_large).await;
+        assert_eq!(
+            status_line(&response),
+            "HTTP/1.1 431 Request Header Fields Too Large"
+        );
         // A head cut short by the client closing its side.
         let response = tokio::time::timeout(WAIT, async {
             let mut stream = TcpStream::connect(server.addr).await.unwrap();
@@ -548,9 +451,36 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(status_line(&response), "HTTP/1.1 400 Bad Request");
+        assert!(
+            response.ends_with("\r\n\r\nweb-2 400 Bad Request: the request head ended early\n"),
+            "{response}"
+        );
+        assert!(response.contains("X-Served-By: web-2\r\n"), "{response}");
         // The server still answers good requests afterwards.
         let response = send(server.addr, b"\r\nGET / HTTP/1.1\nHost: ok\n\n").await;
         assert!(response.ends_with("web-2 GET / host=ok\n"), "{response}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_gets_408() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = http1::Limits {
+            head_timeout: Duration::from_millis(100),
+            ..LIMITS
+        };
+        let task = tokio::spawn(serve(listener, Arc::from("web-4"), limits));
+        let response = send(addr, b"GET / HTTP/1.1\r\nHost: a\r\n").await;
+        task.abort();
+        assert_eq!(
+            response,
+            "HTTP/1.1 408 Request Timeout\r\n\
+             Content-Type: text/plain\r\n\
+             Content-Length: 52\r\n\
+             Connection: close\r\n\
+             X-Served-By: web-4\r\n\
+             \r\nweb-4 408 Request Timeout: no complete request head\n"
+        );
     }
 
     #[tokio::test]

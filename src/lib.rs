@@ -16,6 +16,7 @@ pub mod diagnostics;
 pub mod external_names;
 pub mod fingerprint;
 pub mod haproxy;
+pub(crate) mod http1;
 pub mod layers;
 pub mod logwriter;
 pub mod metrics;
