@@ -716,9 +716,13 @@ async fn apply_output(
         result = applier.apply(next).await;
     }
     let held = match &result {
-        Err(ApplyError::CheckRejected(messages) | ApplyError::BindTaken(messages)) => {
-            hold_culprits(messages, &mut output, store, quarantine)
-        }
+        Err(
+            ApplyError::CheckRejected(messages)
+            | ApplyError::BindTaken(messages)
+            | ApplyError::Reload {
+                alerts: messages, ..
+            },
+        ) => hold_culprits(messages, &mut output, store, quarantine),
         _ => 0,
     };
     report_diagnostics(&output.diagnostics, metrics);

@@ -56,10 +56,12 @@ pub enum ApplyError {
     /// [`crate::attribution`] reads them like HAProxy's.
     #[error("the new configuration binds addresses in use (nothing was reloaded):\n{}", .0.join("\n"))]
     BindTaken(Vec<String>),
-    #[error("reloading HAProxy ({reasons}): {source}")]
+    #[error("reloading HAProxy ({reasons}): {source}{}", .alerts.iter().map(|a| format!("\n{a}")).collect::<String>())]
     Reload {
         reasons: String,
         source: ProcessError,
+        /// HAProxy's `[ALERT]` lines written during the reload (a managed HAProxy only).
+        alerts: Vec<String>,
     },
 }
 
@@ -238,15 +240,21 @@ impl Applier {
         }
         self.write_files(&new.rendered)?;
         let config = self.config_dir.join(CONFIG_FILE);
+        let mut alerts = Vec::new();
         let result = match &mut self.supervision {
             Supervision::Managed {
                 bin,
                 master_socket,
                 process,
             } => match process {
-                Some(p) => process::reload(p.master(), RELOAD_TIMEOUT)
-                    .await
-                    .map(|_| ()),
+                Some(p) => {
+                    let mark = p.alert_mark();
+                    let reloaded = process::reload(p.master(), RELOAD_TIMEOUT).await;
+                    if reloaded.is_err() {
+                        alerts = p.alerts_since(mark, Duration::from_secs(1)).await;
+                    }
+                    reloaded.map(|_| ())
+                }
                 None => {
                     let started = Haproxy::start(bin, &config, master_socket, START_TIMEOUT)
                         .await
@@ -268,6 +276,7 @@ impl Applier {
             return Err(ApplyError::Reload {
                 reasons: reason_text,
                 source,
+                alerts,
             });
         }
         // One reload, one count, labelled by its first reason.

@@ -58,6 +58,7 @@ fn forward_output(
     which: Stream,
     capacity: usize,
     start_up: &UnboundedSender<String>,
+    alerts: &std::sync::Mutex<Alerts>,
 ) {
     let mut buffer = vec![0u8; 256 * 1024];
     let mut pending = Vec::new();
@@ -82,11 +83,11 @@ fn forward_output(
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(0, |i| i + 1);
-        emit_output_lines(&pending[..complete], which, start_up);
+        emit_output_lines(&pending[..complete], which, start_up, alerts);
         pending.drain(..complete);
         std::thread::sleep(pace);
     }
-    emit_output_lines(&pending, which, start_up);
+    emit_output_lines(&pending, which, start_up, alerts);
 }
 
 /// Which of HAProxy's output streams a reader reads.
@@ -96,6 +97,42 @@ enum Stream {
     Stdout,
     /// HAProxy's own messages, `[NOTICE]`, `[WARNING]`, `[ALERT]` with its process id.
     Stderr,
+}
+
+/// HAProxy's `[ALERT]` lines as they were read from its stderr, numbered, the last
+/// [`KEPT_ALERTS`] kept: what a reload that failed said, so that its verdict can be traced to
+/// the objects it names (`attribution`).
+#[derive(Debug, Default)]
+pub struct Alerts {
+    next: u64,
+    lines: std::collections::VecDeque<(u64, String)>,
+}
+
+/// How many `[ALERT]` lines [`Alerts`] keeps.
+const KEPT_ALERTS: usize = 64;
+
+impl Alerts {
+    fn push(&mut self, line: String) {
+        if self.lines.len() == KEPT_ALERTS {
+            self.lines.pop_front();
+        }
+        self.lines.push_back((self.next, line));
+        self.next += 1;
+    }
+
+    /// Where the lines stand now: [`Alerts::since`] this mark gives the lines read after it.
+    pub fn mark(&self) -> u64 {
+        self.next
+    }
+
+    /// The lines read since `mark`, oldest first.
+    pub fn since(&self, mark: u64) -> Vec<String> {
+        self.lines
+            .iter()
+            .filter(|(n, _)| *n >= mark)
+            .map(|(_, l)| l.clone())
+            .collect()
+    }
 }
 
 /// Whether a line of the request log stream is one of HAProxy's notices about a proxy
@@ -115,7 +152,12 @@ fn proxy_notice(line: &[u8]) -> bool {
 
 /// Logs the lines of `text` (one write for all) and sends them to `start_up` while someone
 /// listens there.
-fn emit_output_lines(text: &[u8], which: Stream, start_up: &UnboundedSender<String>) {
+fn emit_output_lines(
+    text: &[u8],
+    which: Stream,
+    start_up: &UnboundedSender<String>,
+    alerts: &std::sync::Mutex<Alerts>,
+) {
     let lines = || {
         text.split(|&b| b == b'\n')
             .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
@@ -125,6 +167,15 @@ fn emit_output_lines(text: &[u8], which: Stream, start_up: &UnboundedSender<Stri
     if !start_up.is_closed() {
         for line in lines() {
             let _ = start_up.send(String::from_utf8_lossy(line).into_owned());
+        }
+    }
+    if which == Stream::Stderr {
+        let marker: &[u8] = b"[ALERT]";
+        let mut alerts = alerts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for line in lines().filter(|l| l.windows(marker.len()).any(|w| w == marker)) {
+            alerts.push(String::from_utf8_lossy(line).into_owned());
         }
     }
     if !tracing::enabled!(target: "haproxy", tracing::Level::INFO) {
@@ -245,6 +296,8 @@ pub async fn reload(master: &Client, timeout: Duration) -> Result<ProcStatus, Pr
 pub struct Haproxy {
     child: Child,
     master: Client,
+    /// The `[ALERT]` lines HAProxy wrote, kept by the stderr reader.
+    alerts: std::sync::Arc<std::sync::Mutex<Alerts>>,
 }
 
 impl Haproxy {
@@ -302,11 +355,13 @@ impl Haproxy {
             ("haproxy-stdout", Stream::Stdout, stdout),
             ("haproxy-stderr", Stream::Stderr, stderr),
         ];
+        let alerts = std::sync::Arc::new(std::sync::Mutex::new(Alerts::default()));
         for ((name, which, stream), capacity) in streams.into_iter().zip(capacities) {
             let tx = lines_tx.clone();
+            let kept = alerts.clone();
             std::thread::Builder::new()
                 .name(name.to_string())
-                .spawn(move || forward_output(stream, which, capacity, &tx))
+                .spawn(move || forward_output(stream, which, capacity, &tx, &kept))
                 .map_err(spawn_error)?;
         }
         drop(lines_tx);
@@ -350,11 +405,40 @@ impl Haproxy {
         // each later send into a failed check: no copy is queued and no task is woken per
         // request log line (HAProxy's output is still read and logged, so it never blocks).
         drop(lines_rx);
-        Ok(Self { child, master })
+        Ok(Self {
+            child,
+            master,
+            alerts,
+        })
     }
 
     pub fn master(&self) -> &Client {
         &self.master
+    }
+
+    /// Where HAProxy's `[ALERT]` lines stand now (see [`Haproxy::alerts_since`]).
+    pub fn alert_mark(&self) -> u64 {
+        self.alerts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .mark()
+    }
+
+    /// The `[ALERT]` lines HAProxy wrote since `mark`, waiting up to `wait` for the first one:
+    /// after a failed reload, the reader may not have read them yet.
+    pub async fn alerts_since(&self, mark: u64, wait: Duration) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let lines = self
+                .alerts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .since(mark);
+            if !lines.is_empty() || tokio::time::Instant::now() >= deadline {
+                return lines;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -412,6 +496,58 @@ mod tests {
         }
     }
 
+    /// A reload that fails on an address another process holds (which `haproxy -c` passes)
+    /// leaves HAProxy's own words in the alerts, for tracing them to objects.
+    #[tokio::test]
+    async fn a_failed_reload_keeps_haproxys_alerts() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("haproxy.cfg");
+        let port = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let base = format!(
+            "global\n  log stdout format raw local0\ndefaults\n  mode http\n  timeout client 5s\n  \
+             timeout server 5s\n  timeout connect 5s\nfrontend a\n  bind 127.0.0.1:{}\n  \
+             http-request return status 200\n",
+            port()
+        );
+        std::fs::write(&config, &base).unwrap();
+        let haproxy = Haproxy::start(
+            "haproxy",
+            &config,
+            &dir.path().join("master.sock"),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+        let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let held = holder.local_addr().unwrap().port();
+        std::fs::write(
+            &config,
+            format!(
+                "{base}frontend grab\n  bind 127.0.0.1:{held}\n  http-request return status 200\n"
+            ),
+        )
+        .unwrap();
+        let mark = haproxy.alert_mark();
+        let reloaded = reload(haproxy.master(), Duration::from_secs(20)).await;
+        assert!(reloaded.is_err(), "the reload should fail: {reloaded:?}");
+        let alerts = haproxy.alerts_since(mark, Duration::from_secs(5)).await;
+        haproxy.stop(Duration::from_secs(5)).await;
+        drop(holder);
+        let bind = alerts
+            .iter()
+            .find(|a| a.contains("cannot bind socket"))
+            .unwrap_or_else(|| panic!("no bind alert in {alerts:?}"));
+        let pointer = crate::attribution::pointer(bind);
+        assert_eq!(
+            pointer.bind,
+            Some(("127.0.0.1".to_string(), held)),
+            "{bind}"
+        );
+    }
+
     #[test]
     fn the_reader_paces_for_a_quarter_of_the_pipe_at_the_last_rate() {
         let ms = Duration::from_millis;
@@ -446,6 +582,7 @@ mod tests {
             Stream::Stderr,
             64 * 1024,
             &tx,
+            &std::sync::Mutex::default(),
         );
         drop(tx);
         let mut lines = Vec::new();
@@ -468,10 +605,11 @@ mod tests {
         let stdout: &[u8] = b"Proxy http stopped (cumulated conns: FE: 1, BE: 0).\n\
             127.0.0.1:5432 [05/Dec/2026:03:33:05.658] http b/SRV_1 0/0/0/1/1 200 12 - - ---- 1/1/0/0/0 0/0 \"GET /Proxy HTTP/1.1\"\n\
             Stopping frontend http in 0 ms.\n";
-        forward_output(stdout, Stream::Stdout, 64 * 1024, &tx);
+        let alerts = std::sync::Mutex::default();
+        forward_output(stdout, Stream::Stdout, 64 * 1024, &tx, &alerts);
         let stderr: &[u8] =
             b"[WARNING]  (13284) : Proxy http stopped (cumulated conns: FE: 1, BE: 0).\n";
-        forward_output(stderr, Stream::Stderr, 64 * 1024, &tx);
+        forward_output(stderr, Stream::Stderr, 64 * 1024, &tx, &alerts);
         drop(tx);
         let mut lines = Vec::new();
         while let Some(line) = rx.blocking_recv() {
@@ -480,6 +618,35 @@ mod tests {
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(lines[0].contains("\"GET /Proxy HTTP/1.1\""), "{lines:?}");
         assert!(lines[1].starts_with("[WARNING]"), "{lines:?}");
+    }
+
+    #[test]
+    fn alert_lines_are_kept_for_the_reload_that_follows() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let alerts = std::sync::Mutex::new(Alerts::default());
+        let before: &[u8] = b"[ALERT]    (1) : an old alert\n[WARNING]  (1) : a warning\n";
+        forward_output(before, Stream::Stderr, 64 * 1024, &tx, &alerts);
+        let mark = alerts.lock().unwrap().mark();
+        // An `[ALERT]` on stdout is a request log line that happens to say it: not kept.
+        forward_output(
+            &b"GET /[ALERT]\n"[..],
+            Stream::Stdout,
+            64 * 1024,
+            &tx,
+            &alerts,
+        );
+        let after: &[u8] = b"[ALERT]    (2) : Starting frontend tcp_x: cannot bind socket (Address already in use) [127.0.0.1:6060]\n";
+        forward_output(after, Stream::Stderr, 64 * 1024, &tx, &alerts);
+        let since = alerts.lock().unwrap().since(mark);
+        assert_eq!(since.len(), 1, "{since:?}");
+        assert!(since[0].contains("cannot bind socket"));
+        // Only the last few are kept.
+        let mut many = Alerts::default();
+        for i in 0..KEPT_ALERTS + 10 {
+            many.push(format!("[ALERT] {i}"));
+        }
+        assert_eq!(many.since(0).len(), KEPT_ALERTS);
+        assert_eq!(many.since(0)[0], "[ALERT] 10");
     }
 
     #[test]
