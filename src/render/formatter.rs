@@ -64,11 +64,25 @@ pub(crate) fn quote(value: &str) -> Result<Value, Error> {
     Ok(Value::from_safe_string(format!("'{value}'")))
 }
 
-/// `{{ line|snippet }}`: a raw config line, printed only if it passes the snippet checks
-/// again here, so that no template can print unchecked text this way.
-pub(crate) fn snippet(value: &str) -> Result<Value, Error> {
-    crate::snippets::check_line(value)
-        .map_err(|e| error(&format!("refusing snippet line {value:?}: {e}")))?;
+/// `{{ line|snippet("backend") }}`: a raw config line, printed only if it passes the snippet
+/// checks again here for the section named (`global`, `frontend`, `backend`), so that no
+/// template can print unchecked text this way. Without a section, the line must be allowed in
+/// one of them.
+pub(crate) fn snippet(value: &str, section: Option<&str>) -> Result<Value, Error> {
+    let checked = match section {
+        None => crate::snippets::check_line(value),
+        Some(name) => {
+            let section = crate::snippets::Section::of_name(name)
+                .filter(|_| matches!(name, "global" | "frontend" | "backend"))
+                .ok_or_else(|| {
+                    error(&format!(
+                        "snippet: unknown section {name:?} (global, frontend or backend)"
+                    ))
+                })?;
+            crate::snippets::check_line_in(value, section)
+        }
+    };
+    checked.map_err(|e| error(&format!("refusing snippet line {value:?}: {e}")))?;
     Ok(Value::from_safe_string(value.trim().to_string()))
 }
 
@@ -149,5 +163,22 @@ mod tests {
             env.render_str("{{ a|safe }}", minijinja::context! { a => "a\nb" })
                 .is_err()
         );
+    }
+
+    #[test]
+    fn snippet_lines_are_checked_for_the_section_named() {
+        let env = env();
+        let line = minijinja::context! { l => "http-request deny if { path_beg /private }" };
+        let render = |template: &str| env.render_str(template, line.clone());
+        assert!(render("{{ l|snippet }}").is_ok());
+        assert!(render("{{ l|snippet(\"backend\") }}").is_ok());
+        // Rules are not global settings.
+        let refused = render("{{ l|snippet(\"global\") }}").unwrap_err();
+        assert!(
+            refused.to_string().contains("refusing snippet line"),
+            "{refused}"
+        );
+        assert!(render("{{ l|snippet(\"globalx\") }}").is_err());
+        assert!(render("{{ l|snippet(\"peers\") }}").is_err());
     }
 }
