@@ -278,12 +278,21 @@ fn narrow(
                 .is_some_and(|o| {
                     own_words(&o)
                         .iter()
-                        .any(|w| w.len() >= 3 && line.contains(w.as_str()))
+                        .any(|w| distinctive(w) && line.contains(w.as_str()))
                 })
         })
         .cloned()
         .collect();
     if named.is_empty() { candidates } else { named }
+}
+
+/// Whether a word of an object's own is telling enough to tie a refused line to it: not a
+/// short word, a number or a switch (`true`, `enabled`) that many objects and templates write.
+fn distinctive(word: &str) -> bool {
+    const COMMON: [&str; 6] = ["true", "false", "enabled", "disabled", "on", "off"];
+    word.len() >= 4
+        && !word.bytes().all(|b| b.is_ascii_digit())
+        && !COMMON.iter().any(|c| word.eq_ignore_ascii_case(c))
 }
 
 /// The values an object's author wrote that could reach a line of haproxy.cfg as they are.

@@ -62,6 +62,14 @@ fn store() -> Store {
             "web",
             json!({"haproxy.org/request-set-header": "X-Marker planted-value"}),
         ),
+        // Its only values are words every other line may hold: never what ties a line to it.
+        ingress(
+            "evil",
+            "switches",
+            "switches.evil.example",
+            "web",
+            json!({"haproxy.org/forwarded-for": "true", "haproxy.org/pod-maxconn": "100"}),
+        ),
     ])
 }
 
@@ -130,6 +138,7 @@ fn a_refused_backend_line_leads_to_its_namespace_objects_only() {
         refs(&[
             (Kind::Ingress, "evil", "plain"),
             (Kind::Ingress, "evil", "rewrite"),
+            (Kind::Ingress, "evil", "switches"),
             (Kind::Service, "evil", "web"),
         ]),
         "{messages:?}"
@@ -144,7 +153,7 @@ fn a_refused_line_carrying_an_objects_own_value_leads_to_that_object() {
     let bad = planted(
         &output.rendered,
         "backend evil_web_80",
-        "  http-request frobnicate planted-value",
+        "  http-request frobnicate planted-value true 100",
     );
     let messages = refusal(&bad);
     let found: Vec<ObjectRef> = culprits(&messages, &bad, &output.model, &store)
