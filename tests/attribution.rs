@@ -105,6 +105,21 @@ fn refusal(rendered: &RenderedConfig) -> Vec<String> {
     }
 }
 
+/// The objects HAProxy's refusal of `store`'s rendering, with `line` planted after the line
+/// starting with `after`, leads to; and HAProxy's messages.
+fn culprits_of_planted(store: &Store, after: &str, line: &str) -> (Vec<ObjectRef>, Vec<String>) {
+    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let output = pipeline.run(store).unwrap();
+    check_config(&haproxy(), &output.rendered).expect("the rendering itself is valid");
+    let bad = planted(&output.rendered, after, line);
+    let messages = refusal(&bad);
+    let found = culprits(&messages, &bad, &output.model, store)
+        .into_iter()
+        .map(|c| c.object)
+        .collect();
+    (found, messages)
+}
+
 fn refs(list: &[(Kind, &str, &str)]) -> Vec<ObjectRef> {
     list.iter()
         .map(|(k, ns, n)| ObjectRef {
@@ -117,21 +132,8 @@ fn refs(list: &[(Kind, &str, &str)]) -> Vec<ObjectRef> {
 
 #[test]
 fn a_refused_backend_line_leads_to_its_namespace_objects_only() {
-    let store = store();
-    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
-    let output = pipeline.run(&store).unwrap();
-    check_config(&haproxy(), &output.rendered).expect("the rendering itself is valid");
-
-    let bad = planted(
-        &output.rendered,
-        "backend evil_web_80",
-        "  http-request frobnicate",
-    );
-    let messages = refusal(&bad);
-    let found: Vec<ObjectRef> = culprits(&messages, &bad, &output.model, &store)
-        .into_iter()
-        .map(|c| c.object)
-        .collect();
+    let (found, messages) =
+        culprits_of_planted(&store(), "backend evil_web_80", "  http-request frobnicate");
     // Nothing on the line is any object's own value: everything behind the backend.
     assert_eq!(
         found,
@@ -147,19 +149,11 @@ fn a_refused_backend_line_leads_to_its_namespace_objects_only() {
 
 #[test]
 fn a_refused_line_carrying_an_objects_own_value_leads_to_that_object() {
-    let store = store();
-    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
-    let output = pipeline.run(&store).unwrap();
-    let bad = planted(
-        &output.rendered,
+    let (found, messages) = culprits_of_planted(
+        &store(),
         "backend evil_web_80",
         "  http-request frobnicate planted-value true 100",
     );
-    let messages = refusal(&bad);
-    let found: Vec<ObjectRef> = culprits(&messages, &bad, &output.model, &store)
-        .into_iter()
-        .map(|c| c.object)
-        .collect();
     assert_eq!(
         found,
         refs(&[(Kind::Ingress, "evil", "rewrite")]),
@@ -169,15 +163,8 @@ fn a_refused_line_carrying_an_objects_own_value_leads_to_that_object() {
 
 #[test]
 fn a_refused_global_line_leads_to_no_tenant() {
-    let store = store();
-    let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
-    let output = pipeline.run(&store).unwrap();
-    let bad = planted(&output.rendered, "global", "  frobnicate");
-    let messages = refusal(&bad);
-    assert!(
-        culprits(&messages, &bad, &output.model, &store).is_empty(),
-        "{messages:?}"
-    );
+    let (found, messages) = culprits_of_planted(&store(), "global", "  frobnicate");
+    assert!(found.is_empty(), "{messages:?}");
 }
 
 #[test]
