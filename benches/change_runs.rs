@@ -30,7 +30,7 @@
 
 use std::time::Instant;
 
-use portcullis::pipeline::Pipeline;
+use portcullis::pipeline::{Pipeline, RunReport};
 use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig, TlsPem};
 use portcullis::translate::{RunInputs, TranslateConfig};
@@ -44,7 +44,8 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// The measured runs: change `rounds` objects, running the pipeline after each.
+/// The measured runs: change `rounds` objects, running the pipeline after each. Their
+/// times in milliseconds and the paths they took.
 #[inline(never)]
 fn change_rounds(
     pipeline: &Pipeline,
@@ -52,9 +53,10 @@ fn change_rounds(
     cfg: &SynthConfig,
     rounds: usize,
     endpoints: bool,
-) -> Vec<f64> {
+) -> (Vec<f64>, Vec<RunReport>) {
     let inputs = RunInputs::default();
     let mut times = Vec::with_capacity(rounds);
+    let mut reports = Vec::with_capacity(rounds);
     for round in 1..=rounds {
         // Spread over the cluster, the same objects for the same N.
         let i = (round * 7919) % cfg.ingresses;
@@ -68,10 +70,12 @@ fn change_rounds(
         };
         let started = Instant::now();
         store.upsert(changed);
-        drop(pipeline.run_with(store, &inputs).unwrap());
+        let (output, report) = pipeline.run_with(store, &inputs).unwrap();
+        drop(output);
         times.push(started.elapsed().as_secs_f64() * 1e3);
+        reports.push(report);
     }
-    times
+    (times, reports)
 }
 
 /// The measured runs after site script changes (`support::script_change_runs`), in
@@ -118,16 +122,17 @@ fn main() {
         );
         return;
     }
-    let mut times = change_rounds(&pipeline, &mut store, &cfg, rounds, endpoints);
+    let (mut times, reports) = change_rounds(&pipeline, &mut store, &cfg, rounds, endpoints);
     times.sort_by(f64::total_cmp);
+    let count = |path: &str| reports.iter().filter(|r| r.path() == path).count();
     println!(
         "N = {n}: cold {cold:.1} ms; {rounds} {} changes: median {:.1} ms, min {:.1}, max {:.1}; runs that took unchanged parts {}, patched haproxy.cfg {}, endpoint path {}",
         if endpoints { "endpoint" } else { "Ingress" },
         times[times.len() / 2],
         times[0],
         times[times.len() - 1],
-        pipeline.partial_runs(),
-        pipeline.patched_renders(),
-        pipeline.endpoint_only_runs(),
+        count("parts"),
+        reports.iter().filter(|r| r.patched()).count(),
+        count("endpoints"),
     );
 }

@@ -76,7 +76,7 @@ fn child(spec: &str, seed: u64) {
     let cluster = synth::generate(&cfg).unwrap();
     let store = Store::from_objects(cluster.objects);
     let pipeline = load();
-    let output = pipeline.run_with(&store, &RunInputs::default()).unwrap();
+    let (output, _) = pipeline.run_with(&store, &RunInputs::default()).unwrap();
     // Counted piece by piece: a copy of haproxy.cfg would be part of the peak.
     let lines: usize = output.rendered.files()[portcullis::render::CONFIG_FILE]
         .pieces()
@@ -141,7 +141,7 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
         let pipeline = load();
         let t = Instant::now();
         let store = Store::from_objects(objects);
-        let output = pipeline.run_with(&store, &inputs).unwrap();
+        let (output, _) = pipeline.run_with(&store, &inputs).unwrap();
         full.push(t.elapsed());
         first.get_or_insert((
             output.rendered.haproxy_cfg().lines().count(),
@@ -171,14 +171,14 @@ fn measure(n: usize, k: usize, runs: u64, seed: u64) -> Row {
         let slice = synth::changed_endpoint_slice(&cfg, i, r).unwrap().unwrap();
         let t = Instant::now();
         store.upsert(slice);
-        let output = pipeline.run_with(&store, &inputs).unwrap();
+        let (output, _) = pipeline.run_with(&store, &inputs).unwrap();
         endpoint.push(t.elapsed());
         drop(output);
 
         let changed = synth::changed_ingress(&cfg, i, r).unwrap();
         let t = Instant::now();
         store.upsert(changed);
-        let output = pipeline.run_with(&store, &inputs).unwrap();
+        let (output, _) = pipeline.run_with(&store, &inputs).unwrap();
         ingress.push(t.elapsed());
         drop(output);
     }

@@ -592,33 +592,21 @@ async fn compute(
     let p = pipeline.clone();
     let metrics = metrics.clone();
     let resolver = resolver.cloned();
-    // Runs of one pipeline are sequential, so its run counts tell how this one went.
     let run = move |store: &Store| {
         // ExternalName names are resolved here, at the edge, with a bounded wait.
         let inputs = RunInputs {
             external_names: resolver.as_ref().map(|r| r.resolve(store)),
             ..inputs.clone()
         };
-        let before = (
-            p.endpoint_only_runs(),
-            p.partial_runs(),
-            p.patched_renders(),
-        );
         let started = Instant::now();
-        let output = p.run_with(store, &inputs).map_err(|e| e.to_string());
-        let path = if p.endpoint_only_runs() > before.0 {
-            "endpoints"
-        } else if p.partial_runs() > before.1 {
-            "parts"
-        } else {
-            "full"
-        };
+        let (output, report) = p.run_with(store, &inputs).map_err(|e| e.to_string())?;
+        let path = report.path();
         metrics.pipeline_runs.inc(&[path]);
         let took = started.elapsed().as_secs_f64();
         metrics.pipeline_duration.observe(&[path], took);
-        let patched = p.patched_renders() > before.2;
+        let patched = report.patched();
         tracing::debug!(path, patched, run_ms = took * 1e3, "pipeline ran");
-        output
+        Ok::<_, String>(output)
     };
     let mut held = std::mem::take(quarantine);
     let (result, held) = tokio::task::spawn_blocking(move || {

@@ -397,7 +397,7 @@ fn run_pipeline(manifests: &std::path::Path, args: &PipelineArgs) -> Result<Outp
             .and_then(|d| i64::try_from(d.as_secs()).ok()),
         ..Default::default()
     };
-    let mut output = pipeline.run_with(&store, &inputs).map_err(|e| {
+    let (mut output, _) = pipeline.run_with(&store, &inputs).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(exit::INPUT)
     })?;

@@ -532,7 +532,7 @@ impl Metrics {
         for outcome in ["runtime", "reload", "unchanged", "failed"] {
             m.applies.init(&[outcome]);
         }
-        for path in ["full", "parts", "endpoints"] {
+        for path in crate::pipeline::RunReport::PATHS {
             m.pipeline_runs.init(&[path]);
         }
         for severity in ["warning", "error"] {

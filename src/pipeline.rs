@@ -22,15 +22,6 @@ pub struct Pipeline {
     pub config: TranslateConfig,
     /// The last run, so that the next one can redo only what changed since.
     last: Mutex<Option<LastRun>>,
-    /// Runs that redid only the backends of changed endpoints.
-    endpoint_runs: std::sync::atomic::AtomicU64,
-    /// Runs that took the translation of unchanged Ingresses and backends from the last run.
-    partial_runs: std::sync::atomic::AtomicU64,
-    /// Ingress and HTTP backend parts those runs took.
-    ingress_parts_taken: std::sync::atomic::AtomicU64,
-    backend_parts_taken: std::sync::atomic::AtomicU64,
-    /// Those runs whose haproxy.cfg was patched rather than rendered whole.
-    patched_renders: std::sync::atomic::AtomicU64,
     /// Translation results kept across runs (server slots, certificate files). They do not
     /// depend on scripts or templates, so a reloaded pipeline shares them.
     memo: Arc<translate::memo::Memo>,
@@ -75,6 +66,62 @@ pub struct Output {
     pub diagnostics: Vec<Diagnostic>,
 }
 
+/// Which way a run went, as [`Pipeline::run_with`] chose it: what it redid and what it took
+/// from the run before. The output is the same whichever it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunReport {
+    /// Every change since the last run was an EndpointSlice: only the servers of the
+    /// `redone` backends were made again, the rest of the last output kept.
+    Endpoints { redone: usize },
+    /// Only Ingresses and EndpointSlices changed: the parts of `ingresses_taken` unchanged
+    /// Ingresses and `backends_taken` HTTP backends came from the last run, and haproxy.cfg
+    /// was `patched` (its changed backend sections replaced) rather than rendered whole.
+    Partial {
+        ingresses_taken: usize,
+        backends_taken: usize,
+        patched: bool,
+    },
+    /// Everything translated and rendered again.
+    Full,
+}
+
+impl RunReport {
+    /// Every [`RunReport::path`], for metrics that list them up front.
+    pub const PATHS: [&'static str; 3] = ["full", "parts", "endpoints"];
+
+    /// The path's name in metrics and logs: `endpoints`, `parts` or `full`.
+    pub fn path(&self) -> &'static str {
+        match self {
+            RunReport::Endpoints { .. } => "endpoints",
+            RunReport::Partial { .. } => "parts",
+            RunReport::Full => "full",
+        }
+    }
+
+    /// Whether a run that took parts patched the last haproxy.cfg.
+    pub fn patched(&self) -> bool {
+        matches!(self, RunReport::Partial { patched: true, .. })
+    }
+
+    /// How many Ingress parts the run took from the last one.
+    pub fn ingresses_taken(&self) -> usize {
+        match self {
+            RunReport::Partial {
+                ingresses_taken, ..
+            } => *ingresses_taken,
+            _ => 0,
+        }
+    }
+
+    /// How many HTTP backend parts the run took from the last one.
+    pub fn backends_taken(&self) -> usize {
+        match self {
+            RunReport::Partial { backends_taken, .. } => *backends_taken,
+            _ => 0,
+        }
+    }
+}
+
 impl Pipeline {
     /// Compiles bundled scripts and templates, overlaid by the site directories.
     pub fn load(
@@ -90,11 +137,6 @@ impl Pipeline {
             renderer: Arc::new(renderer),
             config,
             last: Mutex::new(None),
-            endpoint_runs: std::sync::atomic::AtomicU64::new(0),
-            partial_runs: std::sync::atomic::AtomicU64::new(0),
-            ingress_parts_taken: std::sync::atomic::AtomicU64::new(0),
-            backend_parts_taken: std::sync::atomic::AtomicU64::new(0),
-            patched_renders: std::sync::atomic::AtomicU64::new(0),
             memo: Arc::default(),
         })
     }
@@ -118,43 +160,13 @@ impl Pipeline {
     /// Translates and renders a snapshot.
     pub fn run(&self, store: &Store) -> Result<Output, RenderError> {
         self.run_with(store, &RunInputs::default())
-    }
-
-    /// How many runs redid only the backends of changed endpoints (see [`Pipeline::run_with`]).
-    pub fn endpoint_only_runs(&self) -> u64 {
-        self.endpoint_runs
-            .load(std::sync::atomic::Ordering::Relaxed)
+            .map(|(output, _)| output)
     }
 
     /// How many results the memos hold (hook calls, whole hook runs, server slots and
     /// certificate files).
     fn remembered(&self) -> usize {
         self.policy.remembered() + self.memo.len()
-    }
-
-    /// How many runs took the translation of unchanged Ingresses and backends from the last
-    /// run (see [`Pipeline::run_with`]).
-    pub fn partial_runs(&self) -> u64 {
-        self.partial_runs.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// How many Ingress translations those runs took from the run before (see
-    /// [`translate::parts`]).
-    pub fn ingress_parts_taken(&self) -> u64 {
-        self.ingress_parts_taken
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// How many of those runs patched the last haproxy.cfg rather than rendering it whole.
-    pub fn patched_renders(&self) -> u64 {
-        self.patched_renders
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// How many HTTP backend translations those runs took from the run before.
-    pub fn backend_parts_taken(&self) -> u64 {
-        self.backend_parts_taken
-            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Translates and renders a snapshot, with the time and the certificates in force.
@@ -165,8 +177,13 @@ impl Pipeline {
     /// redone, and only their sections rendered again. When the changes are Ingresses and
     /// EndpointSlices, the Ingresses that are the same objects and the backends assembled
     /// from the same inputs are taken from the last run ([`translate::parts`]). The output is
-    /// the same either way: `tests/memo.rs` compares it with fresh pipelines.
-    pub fn run_with(&self, store: &Store, inputs: &RunInputs) -> Result<Output, RenderError> {
+    /// the same either way: `tests/memo.rs` compares it with fresh pipelines. The report
+    /// says which of these paths the run took.
+    pub fn run_with(
+        &self,
+        store: &Store,
+        inputs: &RunInputs,
+    ) -> Result<(Output, RunReport), RenderError> {
         let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(previous) = last.as_mut() {
             if let Some((output, redone)) = self.after_endpoint_changes(previous, store, inputs)? {
@@ -176,9 +193,10 @@ impl Pipeline {
                 previous
                     .parts
                     .forget_backends(redone.iter().map(String::as_str));
-                self.endpoint_runs
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok(output);
+                let report = RunReport::Endpoints {
+                    redone: redone.len(),
+                };
+                return Ok((output, report));
             }
         }
         let remembered = self.remembered();
@@ -201,10 +219,6 @@ impl Pipeline {
                 moved_endpoints: &changes.moved_endpoints,
                 changed_ingresses: &changes.ingresses,
             });
-        if prior.is_some() {
-            self.partial_runs
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         let translation = translate::translate(
             store,
             &self.config,
@@ -214,13 +228,9 @@ impl Pipeline {
             prior,
             carried,
         );
-        self.ingress_parts_taken.fetch_add(
-            translation.parts.ingresses_taken() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        self.backend_parts_taken.fetch_add(
-            translation.parts.backends_taken() as u64,
-            std::sync::atomic::Ordering::Relaxed,
+        let (ingresses_taken, backends_taken) = (
+            translation.parts.ingresses_taken(),
+            translation.parts.backends_taken(),
         );
         let mut model = translation.model;
         if let Some(previous) = last.as_ref() {
@@ -236,12 +246,16 @@ impl Pipeline {
             )?,
             None => None,
         };
+        let report = match &prior {
+            Some(_) => RunReport::Partial {
+                ingresses_taken,
+                backends_taken,
+                patched: patched.is_some(),
+            },
+            None => RunReport::Full,
+        };
         let rendered = match patched {
-            Some(rendered) => {
-                self.patched_renders
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                rendered
-            }
+            Some(rendered) => rendered,
             None => self.renderer.render(&model)?,
         };
         let output = Output {
@@ -260,7 +274,7 @@ impl Pipeline {
             parts: translation.parts,
             remembered_after_full,
         });
-        Ok(output)
+        Ok((output, report))
     }
 
     /// The output after changes that are all EndpointSlices: the previous one with the

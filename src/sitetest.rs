@@ -23,7 +23,6 @@ use crate::cli::PipelineArgs;
 use crate::pipeline::Pipeline;
 use crate::source::files;
 use crate::store::Store;
-use crate::translate::RunInputs;
 
 /// The fragments file of a case.
 pub const EXPECT_FILE: &str = "expect.txt";
@@ -247,7 +246,7 @@ fn check_case(
         .collect();
     let store = Store::from_objects(loaded.objects);
     let output = pipeline
-        .run_with(&store, &RunInputs::default())
+        .run(&store)
         .map_err(|e| format!("rendering failed: {e}"))?;
     diagnostics.extend(output.diagnostics.iter().map(ToString::to_string));
 

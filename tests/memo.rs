@@ -9,15 +9,20 @@ use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::Ingress;
 use portcullis::objects::{Kind, Object};
-use portcullis::pipeline::{Output, Pipeline};
+use portcullis::pipeline::{Output, Pipeline, RunReport};
 use portcullis::source::files::load_dir;
 use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig};
-use portcullis::translate::TranslateConfig;
+use portcullis::translate::{RunInputs, TranslateConfig};
 
 #[path = "support/golden.rs"]
 mod golden;
 use golden::{Summary, case_config, golden_cases, summary};
+
+/// A run of `pipeline` on `store` and the path it took.
+fn run(pipeline: &Pipeline, store: &Store) -> (Output, RunReport) {
+    pipeline.run_with(store, &RunInputs::default()).unwrap()
+}
 
 #[test]
 fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_every_golden_case() {
@@ -70,14 +75,11 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
                 .unwrap()
                 .unwrap(),
         );
-        assert_eq!(
-            summary(&warm.run(&store).unwrap()),
-            cold(&store),
-            "seed {seed}, changed"
-        );
+        let (output, report) = run(&warm, &store);
+        assert_eq!(summary(&output), cold(&store), "seed {seed}, changed");
+        assert_eq!(report.path(), "parts", "seed {seed}, changed");
         // Endpoint changes alone: the warm pipeline redoes only the affected backends and
         // splices their sections into the previous haproxy.cfg; still the same as from scratch.
-        let before = warm.endpoint_only_runs();
         for round in 2..6_u64 {
             for i in [3, 11, 40 + usize::try_from(round).unwrap()] {
                 store.upsert(
@@ -86,14 +88,17 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
                         .unwrap(),
                 );
             }
-            let warm_output = warm.run(&store).unwrap();
+            let (warm_output, report) = run(&warm, &store);
             assert_eq!(
                 summary(&warm_output),
                 cold(&store),
                 "seed {seed}, endpoint round {round}"
             );
+            assert!(
+                matches!(report, RunReport::Endpoints { redone } if redone >= 3),
+                "seed {seed}, endpoint round {round}: {report:?}"
+            );
         }
-        assert_eq!(warm.endpoint_only_runs(), before + 4, "seed {seed}");
         // An Ingress change among endpoint changes runs in full, and agrees too.
         store.upsert(synth::changed_ingress(&synth_config, 5, 9).unwrap());
         store.upsert(
@@ -101,30 +106,27 @@ fn a_warm_memo_gives_what_a_fresh_pipeline_gives_on_synthetic_clusters() {
                 .unwrap()
                 .unwrap(),
         );
-        let taken = warm.backend_parts_taken();
-        let patched = warm.patched_renders();
-        let output = warm.run(&store).unwrap();
+        let (output, report) = run(&warm, &store);
         assert_eq!(summary(&output), cold(&store));
         // The same backends by name: haproxy.cfg is patched, the map files made again.
-        assert_eq!(warm.patched_renders(), patched + 1, "seed {seed}");
+        assert!(report.patched(), "seed {seed}: {report:?}");
         // Every backend is taken from the last run but eight: the changed Ingress' one, the
         // one whose endpoints moved with it, and the six whose endpoints moved in the endpoint
         // rounds (Services 3, 11 and 42 to 45: those runs drop their parts).
         assert_eq!(
-            warm.backend_parts_taken() - taken,
-            output.model.backends.len() as u64 - 8,
+            report.backends_taken(),
+            output.model.backends.len() - 8,
             "seed {seed}"
         );
-        assert_eq!(warm.endpoint_only_runs(), before + 4, "seed {seed}");
         // The oldest Ingress removed: every other one moves up an age rank, and its part is
         // taken at the new rank.
         store.delete(
             Kind::Ingress,
             &synth::changed_ingress(&synth_config, 0, 0).unwrap().key(),
         );
-        assert_eq!(summary(&warm.run(&store).unwrap()), cold(&store));
-        // Both Ingress runs after the first took the parts of the last run.
-        assert_eq!(warm.partial_runs(), 3 * seed, "seed {seed}");
+        let (output, report) = run(&warm, &store);
+        assert_eq!(summary(&output), cold(&store));
+        assert_eq!(report.path(), "parts", "seed {seed}");
     }
 }
 
@@ -176,15 +178,25 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
                     None => store.delete(Kind::Ingress, &ingress.key()),
                     Some(object) => store.upsert(object),
                 }
-                let taken = warm.ingress_parts_taken();
+                let (output, report) = run(&warm, &store);
                 assert_eq!(
-                    summary(&warm.run(&store).unwrap()),
+                    summary(&output),
                     fresh(&store),
                     "{}: Ingress {} {step}",
                     dir.display(),
                     ingress.key()
                 );
-                taken_per_step.push(warm.ingress_parts_taken() - taken);
+                // Every run after an Ingress change takes parts.
+                assert_eq!(
+                    report.path(),
+                    "parts",
+                    "{}: Ingress {} {step}",
+                    dir.display(),
+                    ingress.key()
+                );
+                partial += 1;
+                patched += usize::from(report.patched());
+                taken_per_step.push(report.ingresses_taken());
             }
             // Every other Ingress is the same object in each step, whatever its age rank
             // (removing an Ingress moves the younger ones up a rank): its part is taken.
@@ -200,14 +212,6 @@ fn runs_that_take_the_parts_of_unchanged_ingresses_give_what_a_fresh_pipeline_gi
             );
             taken_total += taken_per_step[2];
         }
-        partial += warm.partial_runs();
-        patched += warm.patched_renders();
-        assert_eq!(
-            warm.partial_runs(),
-            3 * u64::try_from(ingresses.len()).unwrap(),
-            "{}: every run after an Ingress change takes parts",
-            dir.display()
-        );
     }
     assert!(partial > 100, "{partial} partial runs");
     assert!(taken_total > 100, "{taken_total} Ingress parts taken");
@@ -290,6 +294,7 @@ fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
     let warm = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
     drop(warm.run(&store).unwrap());
     let rounds = 600_u64;
+    let mut partial = 0;
     for generation in 1..=rounds {
         let i = usize::try_from(generation % 20).unwrap();
         let Object::Ingress(mut ingress) =
@@ -306,9 +311,9 @@ fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
                 format!("{generation}ms"),
             );
         store.upsert(Object::Ingress(ingress));
-        drop(warm.run(&store).unwrap());
+        let (_, report) = run(&warm, &store);
+        partial += u64::from(report.path() == "parts");
     }
-    let partial = warm.partial_runs();
     assert!(
         partial > rounds / 2,
         "{partial} of {rounds} runs took parts"
@@ -388,9 +393,9 @@ spec: {ports: [{port: 80}]}
         .get_or_insert_with(Default::default)
         .insert("changed".into(), "yes".into());
     store.upsert(Object::Ingress(std::sync::Arc::new(changed)));
-    let partial = pipeline.partial_runs();
-    assert_eq!(timeout(&pipeline.run(&store).unwrap()), Some(5000));
-    assert_eq!(pipeline.partial_runs(), partial + 1);
+    let (output, report) = run(&pipeline, &store);
+    assert_eq!(timeout(&output), Some(5000));
+    assert_eq!(report.path(), "parts");
     // The younger Ingress' rule moved to another Service, at the same age rank: its old
     // registration leaves the order, the new one comes in at its name.
     let mut moved = Ingress::clone(&younger);
@@ -398,10 +403,10 @@ spec: {ports: [{port: 80}]}
     let paths = &mut rules[0].http.as_mut().unwrap().paths;
     paths[0].backend.service.as_mut().unwrap().name = "api".into();
     store.upsert(Object::Ingress(std::sync::Arc::new(moved)));
-    let warm = pipeline.run(&store).unwrap();
+    let (warm, report) = run(&pipeline, &store);
     let fresh = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
     assert_eq!(summary(&warm), summary(&fresh.run(&store).unwrap()));
-    assert_eq!(pipeline.partial_runs(), partial + 2);
+    assert_eq!(report.path(), "parts");
 }
 
 /// A site script change keeps the renderer while the templates are the same: only the
