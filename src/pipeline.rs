@@ -22,9 +22,6 @@ pub struct Pipeline {
     pub config: TranslateConfig,
     /// The last run, so that the next one can redo only what changed since.
     last: Mutex<Option<LastRun>>,
-    /// Translation results kept across runs (server slots, certificate files). They do not
-    /// depend on scripts or templates, so a reloaded pipeline shares them.
-    memo: Arc<translate::memo::Memo>,
 }
 
 #[derive(Debug)]
@@ -34,7 +31,7 @@ struct LastRun {
     reuse: Reuse,
     /// Translation parts the next run may take (see [`translate::parts`]).
     parts: translate::parts::Parts,
-    /// How many results the memos held after the last full run. Runs that take parts drop
+    /// How many results the hook memo held after the last full run. Runs that take parts drop
     /// none (the parts stand for them), so those of replaced objects pile up until a full
     /// run; one comes when they have grown by a quarter.
     remembered_after_full: usize,
@@ -137,19 +134,17 @@ impl Pipeline {
             renderer: Arc::new(renderer),
             config,
             last: Mutex::new(None),
-            memo: Arc::default(),
         })
     }
 
     /// Takes over what `previous` remembers that stays valid in this pipeline: the results of
-    /// the scripts that did not change, the translation memo, and, when the templates are
+    /// the scripts that did not change and, when the templates are
     /// the same, the renderer with its remembered backend sections (a script change then
     /// renders again only the sections whose model changed; each remembered section is used
     /// only while every model field its render read is unchanged). What `run` does when site
     /// scripts or templates change.
     pub fn keep_memo_of(&mut self, previous: &Pipeline) {
         self.policy.keep_memo_of(&previous.policy);
-        self.memo = previous.memo.clone();
         if self.renderer.templates() == previous.renderer.templates()
             && self.renderer.workers() == previous.renderer.workers()
         {
@@ -163,10 +158,9 @@ impl Pipeline {
             .map(|(output, _)| output)
     }
 
-    /// How many results the memos hold (hook calls, whole hook runs, server slots and
-    /// certificate files).
+    /// How many results the hook memo holds (hook calls and whole hook runs).
     fn remembered(&self) -> usize {
-        self.policy.remembered() + self.memo.len()
+        self.policy.remembered()
     }
 
     /// Translates and renders a snapshot, with the time and the certificates in force.
@@ -219,15 +213,8 @@ impl Pipeline {
                 moved_endpoints: &changes.moved_endpoints,
                 changed_ingresses: &changes.ingresses,
             });
-        let translation = translate::translate(
-            store,
-            &self.config,
-            &self.policy,
-            inputs,
-            &self.memo,
-            prior,
-            carried,
-        );
+        let translation =
+            translate::translate_taking(store, &self.config, &self.policy, inputs, prior, carried);
         let (ingresses_taken, backends_taken) = (
             translation.parts.ingresses_taken(),
             translation.parts.backends_taken(),

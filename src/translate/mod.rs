@@ -10,7 +10,6 @@ pub mod class;
 pub mod configmaps;
 pub mod cookies;
 pub mod exposure;
-pub mod memo;
 pub mod parts;
 pub mod peers;
 pub mod routes;
@@ -231,16 +230,31 @@ struct BackendBuild {
     policies: BTreeMap<String, Arc<RouteSettings>>,
 }
 
-/// Translates a snapshot into the model. `memo` keeps results of pure steps for the next
-/// run (a fresh one gives the same translation). `prior` holds the parts of the last run,
-/// when nothing but Ingresses and EndpointSlices changed since (see [`parts`]), and
-/// `carried` what that run left to patch ([`parts::Parts::take_carried`]).
-pub fn translate<'a>(
+/// Translates a snapshot into the model, every Ingress and backend from scratch.
+pub fn translate(
+    store: &Store,
+    config: &TranslateConfig,
+    policy: &PolicyEngine,
+    inputs: &RunInputs,
+) -> Translation {
+    translate_taking(
+        store,
+        config,
+        policy,
+        inputs,
+        None,
+        parts::Carried::default(),
+    )
+}
+
+/// [`translate`], taking from `prior` the parts of the last run, when nothing but Ingresses
+/// and EndpointSlices changed since (see [`parts`]), and patching what that run left in
+/// `carried` ([`parts::Parts::take_carried`]). The translation is the same.
+pub fn translate_taking<'a>(
     store: &'a Store,
     config: &'a TranslateConfig,
     policy: &'a PolicyEngine,
     inputs: &'a RunInputs,
-    memo: &'a memo::Memo,
     prior: Option<parts::Prior<'a>>,
     carried: parts::Carried,
 ) -> Translation {
@@ -248,10 +262,17 @@ pub fn translate<'a>(
     if prior.is_some() {
         policy.begin_partial_run();
     } else {
-        memo.begin_run();
         policy.begin_run();
     }
-    let mut t = Translator::new(store, memo, config, inputs, policy, prior);
+    let ctx = Ctx {
+        store,
+        config,
+        inputs,
+        policy,
+        config_map: None,
+        owners: None,
+    };
+    let mut t = Translator::new(&ctx, prior);
     t.registered = Some(Vec::new());
     t.prior_claims = carried.claims.filter(|_| prior.is_some());
     t.prior_registrations = carried.registrations.filter(|_| prior.is_some());
@@ -263,7 +284,7 @@ pub fn translate<'a>(
         );
         let ctx = HookContext::new(
             subject,
-            t.config_map.iter().cloned().collect(),
+            t.ctx.config_map.iter().cloned().collect(),
             BTreeMap::new(),
         )
         .with_snippets(config.snippets);
@@ -291,7 +312,7 @@ pub fn translate<'a>(
     };
     if config.host_ownership == class::HostOwnership::Namespace {
         let ingresses = order.iter().map(|o| (&o.key, &*o.ingress));
-        t.owners = Some(Arc::new(class::HostOwners::new(ingresses)));
+        t.ctx.owners = Some(Arc::new(class::HostOwners::new(ingresses)));
     }
     let mut ahead = t.translate_ahead(&order);
     for (rank, ordered) in order.iter().enumerate() {
@@ -330,14 +351,71 @@ pub fn translate<'a>(
 /// stopped: then the part is not kept, and one made ahead by a worker is made again).
 type Forked<P> = (P, Option<u64>);
 
+/// What translating one Ingress or assembling one backend reads besides the object: the
+/// snapshot, the flags, the run's inputs and scripts, and what the run settled before any
+/// object (the controller ConfigMap's values; under `--host-ownership=namespace`, the
+/// namespace each host belongs to). Read-only, and nothing in it comes from an earlier run:
+/// the same object and context give the same part.
+#[derive(Debug, Clone)]
+pub struct Ctx<'a> {
+    pub store: &'a Store,
+    pub config: &'a TranslateConfig,
+    pub inputs: &'a RunInputs,
+    pub policy: &'a PolicyEngine,
+    /// The controller ConfigMap as a source of values, when it exists.
+    pub config_map: Option<ValueSource>,
+    pub owners: Option<Arc<class::HostOwners>>,
+}
+
+/// One Ingress' rules and TLS section (its default backend is the run's: see
+/// [`Translator::ingress`]) as the part it contributes at age rank `rank`, and the
+/// operations its hooks used (`None` when a call was stopped).
+fn translate_ingress(
+    rank: usize,
+    key: &Key,
+    ingress: &Arc<Ingress>,
+    ctx: &Ctx<'_>,
+) -> Forked<parts::IngressPart> {
+    let before = ctx.policy.account();
+    let mut t = Translator::new(ctx, None);
+    t.ingress_rules(rank, key, ingress);
+    let operations = ctx.policy.account().since(before);
+    let part = t.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
+    (part, operations)
+}
+
+/// The HTTP backend `build` registers, assembled: its backend hook, cookies, servers and
+/// server TLS settings, and the operations its hook used (`None` when a call was stopped).
+fn assemble_backend(build: &Arc<parts::Registration>, ctx: &Ctx<'_>) -> Forked<parts::BackendPart> {
+    let before = ctx.policy.account();
+    let mut t = Translator::new(ctx, None);
+    let mut backend = t.backend(build.name.clone(), build.to_build());
+    let service = ObjectRef::new(Kind::Service, &build.service);
+    tls_edge::resolve_server_tls(
+        &mut backend.settings,
+        t.store,
+        &service,
+        &mut t.diags,
+        &mut t.static_files,
+    );
+    let operations = ctx.policy.account().since(before);
+    let part = parts::BackendPart {
+        build: build.clone(),
+        backend: Arc::new(backend),
+        diagnostics: t.diags.into_sorted(),
+        static_files: t.static_files.into_iter().collect(),
+        follows_endpoints: !t.reuse.endpoint_users.is_empty(),
+        operations: operations.unwrap_or(0),
+    };
+    (part, operations)
+}
+
 struct Translator<'a> {
     store: &'a Store,
-    memo: &'a memo::Memo,
     config: &'a TranslateConfig,
     inputs: &'a RunInputs,
     policy: &'a PolicyEngine,
     diags: Diagnostics,
-    config_map: Option<ValueSource>,
     backends: BTreeMap<String, BackendBuild>,
     routes: Vec<RouteCandidate>,
     redirects: Vec<RedirectClaim>,
@@ -382,11 +460,12 @@ struct Translator<'a> {
     tls_same: bool,
     /// The crt-list lines of the Ingress parts so far, repeats included.
     tls_entries_from_parts: usize,
-    /// Under `--host-ownership=namespace`, the namespace each host belongs to.
-    owners: Option<Arc<class::HostOwners>>,
     /// The hosts this fork's Ingress named, each with the namespace it was refused for (see
     /// [`parts::IngressPart::host_verdicts`]).
     host_verdicts: Vec<(String, Option<Arc<str>>)>,
+    /// What the run settled before any object (the ConfigMap's values, the owners of
+    /// hosts), for the parts made under this translator.
+    ctx: Ctx<'a>,
 }
 
 impl<'a> Translator<'a> {
@@ -398,7 +477,7 @@ impl<'a> Translator<'a> {
         match self.store.config_map(key) {
             Some(cm) => {
                 let data = cm.data.clone().unwrap_or_default();
-                self.config_map = Some(ValueSource::config_map(object, Arc::new(data)));
+                self.ctx.config_map = Some(ValueSource::config_map(object, Arc::new(data)));
             }
             None => self.diags.push(crate::diagnostics::Diagnostic {
                 severity: Severity::Warning,
@@ -605,22 +684,14 @@ impl<'a> Translator<'a> {
     }
 
     /// A translator with nothing translated yet.
-    fn new(
-        store: &'a Store,
-        memo: &'a memo::Memo,
-        config: &'a TranslateConfig,
-        inputs: &'a RunInputs,
-        policy: &'a PolicyEngine,
-        prior: Option<parts::Prior<'a>>,
-    ) -> Self {
+    fn new(ctx: &Ctx<'a>, prior: Option<parts::Prior<'a>>) -> Self {
+        let inputs = ctx.inputs;
         Translator {
-            store,
-            memo,
-            config,
+            store: ctx.store,
+            config: ctx.config,
             inputs,
-            policy,
+            policy: ctx.policy,
             diags: Diagnostics::new(),
-            config_map: None,
             backends: BTreeMap::new(),
             routes: Vec::new(),
             redirects: Vec::new(),
@@ -649,25 +720,8 @@ impl<'a> Translator<'a> {
             prior_registrations: None,
             tls_same: prior.is_some_and(|p| p.parts.tls.is_some()),
             tls_entries_from_parts: 0,
-            owners: None,
             host_verdicts: Vec::new(),
-        }
-    }
-
-    /// A translator with this one's inputs and nothing translated yet, whose state becomes
-    /// a part (see [`parts`]).
-    fn fork(&self) -> Translator<'a> {
-        Translator {
-            config_map: self.config_map.clone(),
-            owners: self.owners.clone(),
-            ..Translator::new(
-                self.store,
-                self.memo,
-                self.config,
-                self.inputs,
-                self.policy,
-                None,
-            )
+            ctx: ctx.clone(),
         }
     }
 
@@ -776,6 +830,7 @@ impl<'a> Translator<'a> {
         let part = self.prior?.ingress(rank, ingress)?;
         let holds = |(host, owner): &(String, Option<Arc<str>>)| {
             let now = self
+                .ctx
                 .owners
                 .as_ref()
                 .and_then(|o| o.foreign(host, &key.namespace));
@@ -784,19 +839,14 @@ impl<'a> Translator<'a> {
         part.host_verdicts.iter().all(holds).then_some(part)
     }
 
-    /// An Ingress' part, translated by a fork.
+    /// An Ingress' part, made by [`translate_ingress`] in this run's context.
     fn translate_ingress(
         &self,
         rank: usize,
         key: &Key,
         ingress: &Arc<Ingress>,
     ) -> Forked<parts::IngressPart> {
-        let before = self.policy.account();
-        let mut fork = self.fork();
-        fork.ingress_rules(rank, key, ingress);
-        let operations = self.policy.account().since(before);
-        let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
-        (part, operations)
+        translate_ingress(rank, key, ingress, &self.ctx)
     }
 
     /// Whether the new `part` at `rank` contributes to the HTTPS side what the last run's
@@ -933,7 +983,7 @@ impl<'a> Translator<'a> {
             object.clone(),
             annotations.clone(),
         )];
-        sources.extend(self.config_map.iter().cloned());
+        sources.extend(self.ctx.config_map.iter().cloned());
         let route_object = Arc::new(object.clone());
 
         // The first route outcome per host decides that host's ssl-redirect; a TLS host
@@ -970,7 +1020,7 @@ impl<'a> Translator<'a> {
                 }
                 hosts.insert(host.clone());
             }
-            if let Some(owners) = &self.owners {
+            if let Some(owners) = &self.ctx.owners {
                 let owner = owners.foreign(&host, &key.namespace).cloned();
                 if !self.host_verdicts.iter().any(|(h, _)| *h == host) {
                     self.host_verdicts.push((host.clone(), owner.clone()));
@@ -1130,7 +1180,7 @@ impl<'a> Translator<'a> {
 
         for (i, entry) in spec.tls.iter().flatten().enumerate() {
             let field = format!("spec.tls[{i}]");
-            let owners = self.owners.clone();
+            let owners = self.ctx.owners.clone();
             let foreign = |host: &str| {
                 owners
                     .as_deref()
@@ -1227,10 +1277,10 @@ impl<'a> Translator<'a> {
             .store
             .secret(key)
             .ok_or_else(|| "does not exist".to_string())?;
-        let (pem, end) = match self.memo.certificate(key, secret) {
-            (Ok(pem), end) => (pem, end),
+        let (pem, end) = match tls::certificate_file(key, secret) {
+            Ok(file) => file,
             // An invalid update of a Secret whose certificate is in force: keep that one.
-            (Err(e), _) => match self.previous_certificate(key) {
+            Err(e) => match self.previous_certificate(key) {
                 Some(previous) => {
                     self.diags.object(
                         Severity::Error,
@@ -1563,29 +1613,9 @@ impl<'a> Translator<'a> {
         backends
     }
 
-    /// A backend part, assembled by a fork.
+    /// A backend part, made by [`assemble_backend`] in this run's context.
     fn assemble_backend(&self, build: &Arc<parts::Registration>) -> Forked<parts::BackendPart> {
-        let before = self.policy.account();
-        let mut fork = self.fork();
-        let mut backend = fork.backend(build.name.clone(), build.to_build());
-        let service = ObjectRef::new(Kind::Service, &build.service);
-        tls_edge::resolve_server_tls(
-            &mut backend.settings,
-            fork.store,
-            &service,
-            &mut fork.diags,
-            &mut fork.static_files,
-        );
-        let operations = self.policy.account().since(before);
-        let part = parts::BackendPart {
-            build: build.clone(),
-            backend: Arc::new(backend),
-            diagnostics: fork.diags.into_sorted(),
-            static_files: fork.static_files.into_iter().collect(),
-            follows_endpoints: !fork.reuse.endpoint_users.is_empty(),
-            operations: operations.unwrap_or(0),
-        };
-        (part, operations)
+        assemble_backend(build, &self.ctx)
     }
 
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
@@ -1654,7 +1684,7 @@ impl<'a> Translator<'a> {
                 annotations.clone(),
             ));
         }
-        sources.extend(self.config_map.iter().cloned());
+        sources.extend(self.ctx.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
         let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
         let mut settings = self.policy.run_backend(&ctx, &mut self.diags);
@@ -1666,12 +1696,12 @@ impl<'a> Translator<'a> {
             &mut self.diags,
         );
 
-        let servers = self.memo.servers(
+        let servers = Arc::new(servers(
             self.store,
             &build.service,
             &build.port,
             settings.slots_block,
-        );
+        ));
         if build.port.external.is_none() {
             // Its servers follow the Service's endpoints alone (see `Reuse`).
             self.reuse
