@@ -208,7 +208,7 @@ impl Pipeline {
         let prior = last
             .as_ref()
             .zip(changes.as_ref())
-            .map(|(previous, changes)| translate::parts::Prior {
+            .map(|(previous, changes)| translate::incremental::Prior {
                 parts: &previous.parts,
                 moved_endpoints: &changes.moved_endpoints,
                 changed_ingresses: &changes.ingresses,

@@ -10,6 +10,7 @@ pub mod class;
 pub mod configmaps;
 pub mod cookies;
 pub mod exposure;
+pub mod incremental;
 pub mod parts;
 pub mod peers;
 pub mod routes;
@@ -255,7 +256,7 @@ pub fn translate_taking<'a>(
     config: &'a TranslateConfig,
     policy: &'a PolicyEngine,
     inputs: &'a RunInputs,
-    prior: Option<parts::Prior<'a>>,
+    prior: Option<incremental::Prior<'a>>,
     carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
@@ -272,10 +273,9 @@ pub fn translate_taking<'a>(
         config_map: None,
         owners: None,
     };
-    let mut t = Translator::new(&ctx, prior);
+    let mut t = Translator::new(&ctx);
+    t.incremental = incremental::Incremental::new(prior, carried);
     t.registered = Some(Vec::new());
-    t.prior_claims = carried.claims.filter(|_| prior.is_some());
-    t.prior_registrations = carried.registrations.filter(|_| prior.is_some());
     t.load_config_map();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -300,16 +300,8 @@ pub fn translate_taking<'a>(
         config.watch_ingress_without_class,
     );
     // Oldest first, then by namespace and name: where two Ingresses claim the same thing,
-    // the older one wins. The last run's order with the changed Ingresses moved, when the
-    // parts are valid (nothing but Ingresses and EndpointSlices changed since).
-    let order = match (prior, carried.ingress_order) {
-        (Some(prior), Some(order)) => order.patch(
-            prior.changed_ingresses,
-            |key| store.ingress(key).cloned(),
-            |i| filter.accepts(i),
-        ),
-        _ => parts::IngressOrder::new(store.ingresses(), |i| filter.accepts(i)),
-    };
+    // the older one wins.
+    let order = t.incremental.ingress_order(store, &filter);
     if config.host_ownership == class::HostOwnership::Namespace {
         let ingresses = order.iter().map(|o| (&o.key, &*o.ingress));
         t.ctx.owners = Some(Arc::new(class::HostOwners::new(ingresses)));
@@ -319,7 +311,7 @@ pub fn translate_taking<'a>(
         let part = ahead.get_mut(rank).and_then(Option::take);
         t.ingress(rank, &ordered.key, &ordered.ingress, part);
     }
-    t.kept.ingress_order = Some(order);
+    t.incremental.keep_ingress_order(order);
     let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
         .tcps()
         .filter(|(_, t)| filter.accepts_meta(&t.metadata))
@@ -347,7 +339,7 @@ pub fn translate_taking<'a>(
     t.finish(global)
 }
 
-/// A part made by a fork, and the operations its hooks used (`None` when a call was
+/// A part made by [`translate_ingress`] or [`assemble_backend`], and the operations its hooks used (`None` when a call was
 /// stopped: then the part is not kept, and one made ahead by a worker is made again).
 type Forked<P> = (P, Option<u64>);
 
@@ -367,17 +359,17 @@ pub struct Ctx<'a> {
     pub owners: Option<Arc<class::HostOwners>>,
 }
 
-/// One Ingress' rules and TLS section (its default backend is the run's: see
-/// [`Translator::ingress`]) as the part it contributes at age rank `rank`, and the
+/// One Ingress' rules and TLS section (its default backend is the run's, where the first
+/// Ingress to name one wins) as the part it contributes at age rank `rank`, and the
 /// operations its hooks used (`None` when a call was stopped).
-fn translate_ingress(
+pub fn translate_ingress(
     rank: usize,
     key: &Key,
     ingress: &Arc<Ingress>,
     ctx: &Ctx<'_>,
 ) -> Forked<parts::IngressPart> {
     let before = ctx.policy.account();
-    let mut t = Translator::new(ctx, None);
+    let mut t = Translator::new(ctx);
     t.ingress_rules(rank, key, ingress);
     let operations = ctx.policy.account().since(before);
     let part = t.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
@@ -386,9 +378,12 @@ fn translate_ingress(
 
 /// The HTTP backend `build` registers, assembled: its backend hook, cookies, servers and
 /// server TLS settings, and the operations its hook used (`None` when a call was stopped).
-fn assemble_backend(build: &Arc<parts::Registration>, ctx: &Ctx<'_>) -> Forked<parts::BackendPart> {
+pub fn assemble_backend(
+    build: &Arc<parts::Registration>,
+    ctx: &Ctx<'_>,
+) -> Forked<parts::BackendPart> {
     let before = ctx.policy.account();
-    let mut t = Translator::new(ctx, None);
+    let mut t = Translator::new(ctx);
     let mut backend = t.backend(build.name.clone(), build.to_build());
     let service = ObjectRef::new(Kind::Service, &build.service);
     tls_edge::resolve_server_tls(
@@ -435,32 +430,18 @@ struct Translator<'a> {
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
     static_files: BTreeMap<String, Arc<str>>,
     reuse: Reuse,
-    /// Parts of the last run this one may take.
-    prior: Option<parts::Prior<'a>>,
-    /// Parts made or taken, for the next run.
-    kept: parts::Parts,
+    /// What the run takes from the last one, and keeps for the next (the main
+    /// translator's: the parts' own translators take nothing).
+    incremental: incremental::Incremental<'a>,
     /// Every Ingress' part, oldest Ingress first: their routes make the maps.
     ingress_parts: Vec<Arc<parts::IngressPart>>,
-    /// The last run's sorted map claims, patched in `finish` when every part taken kept
-    /// its age rank: the ranks (indexes in `ingress_parts`) of the parts made this run are
-    /// in `replaced_ranks`.
-    prior_claims: Option<routes::SortedClaims>,
-    replaced_ranks: Vec<usize>,
-    /// How far the lookup of the last run's backend parts has gone ([`parts::Prior::backend`]).
-    backend_cursor: usize,
     /// The run's HTTP backend registrations besides the Ingress parts' (default backends),
-    /// each with the number of Ingress parts before it (the main translator's: a fork
-    /// registers into `backends`). `finish` groups them with the parts' by name.
+    /// each with the number of Ingress parts before it (the main translator's: a part's
+    /// translator registers into `backends`). `finish` groups them with the parts' by name.
     registered: Option<Vec<(usize, Arc<parts::Registration>)>>,
-    /// The last run's order of the parts' registrations, patched in `finish` when every part
-    /// taken kept its age rank (as `prior_claims`).
-    prior_registrations: Option<parts::RegistrationOrder>,
-    /// Whether every Ingress part so far contributes to the HTTPS side what the part at its
-    /// rank in the last run did (see [`parts::PartsTls`]).
-    tls_same: bool,
     /// The crt-list lines of the Ingress parts so far, repeats included.
     tls_entries_from_parts: usize,
-    /// The hosts this fork's Ingress named, each with the namespace it was refused for (see
+    /// The hosts this part's Ingress named, each with the namespace it was refused for (see
     /// [`parts::IngressPart::host_verdicts`]).
     host_verdicts: Vec<(String, Option<Arc<str>>)>,
     /// What the run settled before any object (the ConfigMap's values, the owners of
@@ -539,7 +520,7 @@ impl<'a> Translator<'a> {
     }
 
     /// One registration of HTTP backend `name`: noted in order by the main translator, made
-    /// into the table at once by a fork (whose routes then add their policies to it).
+    /// into the table at once for a part (whose routes then add their policies to it).
     fn add_registration(
         &mut self,
         name: &str,
@@ -684,7 +665,7 @@ impl<'a> Translator<'a> {
     }
 
     /// A translator with nothing translated yet.
-    fn new(ctx: &Ctx<'a>, prior: Option<parts::Prior<'a>>) -> Self {
+    fn new(ctx: &Ctx<'a>) -> Self {
         let inputs = ctx.inputs;
         Translator {
             store: ctx.store,
@@ -710,15 +691,9 @@ impl<'a> Translator<'a> {
                 external_names: inputs.external_names.clone(),
                 ..Reuse::default()
             },
-            prior,
-            kept: parts::Parts::default(),
+            incremental: incremental::Incremental::default(),
             ingress_parts: Vec::new(),
-            prior_claims: None,
-            replaced_ranks: Vec::new(),
-            backend_cursor: 0,
             registered: None,
-            prior_registrations: None,
-            tls_same: prior.is_some_and(|p| p.parts.tls.is_some()),
             tls_entries_from_parts: 0,
             host_verdicts: Vec::new(),
             ctx: ctx.clone(),
@@ -726,8 +701,8 @@ impl<'a> Translator<'a> {
     }
 
     /// The Ingresses of `order` this run will not take from the last one, translated ahead
-    /// by forks on worker threads when there are enough of them (`config.workers`), by rank.
-    /// Each fork starts with the whole run budget; [`Translator::ingress`] takes its part
+    /// on worker threads when there are enough of them (`config.workers`), by rank. Each
+    /// starts with the whole run budget; [`Translator::ingress`] takes its part
     /// only when the operations it used still fit the run's (then its hooks ran as they would
     /// have in turn), else translates the Ingress again.
     fn translate_ahead(
@@ -737,9 +712,7 @@ impl<'a> Translator<'a> {
         // After changes, the Ingresses without a part are the changed ones (and any whose
         // part was not kept: a stopped hook call), which the run translates in turn when
         // there are few: most runs stop here.
-        let at_most = self
-            .prior
-            .map_or(usize::MAX, |prior| prior.changed_ingresses.len());
+        let at_most = self.incremental.to_translate_at_most();
         if !self.config.workers.spread(at_most) {
             return Vec::new();
         }
@@ -767,7 +740,7 @@ impl<'a> Translator<'a> {
 
     /// One Ingress: its default backend here, the rest from its part of the last run when it
     /// is the same object (and the operations its hooks used fit the budget), else from
-    /// `ahead` (translated by a worker) when its operations fit, else translated by a fork.
+    /// `ahead` (translated by a worker) when its operations fit, else translated in turn.
     fn ingress(
         &mut self,
         rank: usize,
@@ -784,59 +757,30 @@ impl<'a> Translator<'a> {
         }
         let taken = self
             .prior_ingress(rank, key, ingress)
-            .filter(|part| self.policy.charge(part.operations))
-            .map(|part| {
-                if part.rank != rank {
-                    // Its claims and registrations in the last run's order are at another
-                    // rank, and so are its HTTPS claims in the last run's (the part now at
-                    // its old rank may contribute something else).
-                    self.prior_claims = None;
-                    self.prior_registrations = None;
-                    self.tls_same = false;
-                }
-                part.at_rank(rank)
-            });
-        let (part, keep) = match taken {
-            Some(part) => {
-                self.kept.ingresses_taken += 1;
-                (part, true)
-            }
+            .filter(|part| self.policy.charge(part.operations));
+        let part = match taken {
+            Some(part) => self.incremental.took_ingress(rank, part),
             None => {
-                self.replaced_ranks.push(rank);
                 let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
                 let (part, operations) =
                     ahead.unwrap_or_else(|| self.translate_ingress(rank, key, ingress));
-                if self.tls_same {
-                    self.tls_same = self.contributes_as_before(rank, &part);
-                }
-                (Arc::new(part), operations.is_some())
+                self.incremental
+                    .made_ingress(rank, part, operations.is_some())
             }
         };
         self.absorb_ingress(key, &part);
-        debug_assert_eq!(self.kept.ingresses.len(), rank, "parts are kept by rank");
-        self.kept.ingresses.push(keep.then(|| part.clone()));
         self.ingress_parts.push(part);
     }
 
-    /// The last run's part of this very Ingress object, when the hosts it names still belong
-    /// where they did then (`--host-ownership=namespace`: an older Ingress may have come or
-    /// gone).
+    /// The last run's part of this very Ingress object (see [`incremental::Incremental::ingress`]).
     fn prior_ingress(
         &self,
         rank: usize,
         key: &Key,
         ingress: &Arc<Ingress>,
     ) -> Option<&'a Arc<parts::IngressPart>> {
-        let part = self.prior?.ingress(rank, ingress)?;
-        let holds = |(host, owner): &(String, Option<Arc<str>>)| {
-            let now = self
-                .ctx
-                .owners
-                .as_ref()
-                .and_then(|o| o.foreign(host, &key.namespace));
-            now == owner.as_ref()
-        };
-        part.host_verdicts.iter().all(holds).then_some(part)
+        self.incremental
+            .ingress(rank, key, ingress, self.ctx.owners.as_deref())
     }
 
     /// An Ingress' part, made by [`translate_ingress`] in this run's context.
@@ -847,32 +791,6 @@ impl<'a> Translator<'a> {
         ingress: &Arc<Ingress>,
     ) -> Forked<parts::IngressPart> {
         translate_ingress(rank, key, ingress, &self.ctx)
-    }
-
-    /// Whether the new `part` at `rank` contributes to the HTTPS side what the last run's
-    /// part at that rank did (nothing, when the last run had none there).
-    fn contributes_as_before(&self, rank: usize, part: &parts::IngressPart) -> bool {
-        let Some(prior) = self.prior else {
-            return false;
-        };
-        match prior.parts.ingresses.get(rank) {
-            Some(Some(before)) => before.same_tls(part),
-            Some(None) => false,
-            None => !part.has_tls(),
-        }
-    }
-
-    /// Whether the last run's parts beyond this run's last rank contributed nothing to the
-    /// HTTPS side (Ingresses went away at the end).
-    fn no_tls_dropped(&self) -> bool {
-        self.prior.is_some_and(|prior| {
-            prior
-                .parts
-                .ingresses
-                .iter()
-                .skip(self.ingress_parts.len())
-                .all(|p| p.as_ref().is_some_and(|p| !p.has_tls()))
-        })
     }
 
     /// `spec.defaultBackend`: the first Ingress to set one wins.
@@ -895,7 +813,7 @@ impl<'a> Translator<'a> {
         }
     }
 
-    /// This fork's state as the part of `ingress`.
+    /// This translator's state as the part of `ingress`.
     fn into_ingress_part(
         self,
         ingress: Arc<Ingress>,
@@ -972,7 +890,7 @@ impl<'a> Translator<'a> {
         self.tls_entries_from_parts += part.tls_entries.len();
     }
 
-    /// An Ingress' rules and TLS section (on a fork: see [`Translator::ingress`]).
+    /// An Ingress' rules and TLS section (into a part: see [`translate_ingress`]).
     fn ingress_rules(&mut self, rank: usize, key: &Key, ingress: &Ingress) {
         let object = ObjectRef::new(Kind::Ingress, key);
         let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
@@ -1399,11 +1317,8 @@ impl<'a> Translator<'a> {
         let global_tls = global.tls.clone();
         // Crt-list lines, certificate files, redirect and passthrough claims come from the
         // Ingress parts alone: the last run's when the parts contribute the same.
-        let prior_tls = self
-            .prior
-            .and_then(|prior| prior.parts.tls.as_ref())
-            .filter(|_| self.tls_same && self.no_tls_dropped());
-        // So do the routes (a fork holds them until it becomes one).
+        let prior_tls = self.incremental.tls(self.ingress_parts.len());
+        // So do the routes.
         let ingress_parts = std::mem::take(&mut self.ingress_parts);
         let parts_tls = match prior_tls {
             Some(kept) => kept.parts.clone(),
@@ -1429,12 +1344,8 @@ impl<'a> Translator<'a> {
             .iter()
             .map(|part| part.routes.as_slice())
             .collect();
-        let claims = match self.prior_claims.take() {
-            Some(claims) => claims.patch(&groups, &self.replaced_ranks),
-            None => routes::SortedClaims::new(&groups),
-        };
-        let (mut maps, needs) = routes::build_maps(&groups, &claims, &mut self.diags);
-        self.kept.claims = Some(claims);
+        let claims = self.incremental.claims(&groups);
+        let (mut maps, needs) = routes::build_maps(&groups, claims, &mut self.diags);
         let mut redirect_codes = Vec::new();
         if let Some(redirects) = &redirect_map {
             maps.ssl_redirect.clone_from(&redirects.entries);
@@ -1523,7 +1434,7 @@ impl<'a> Translator<'a> {
             None => Arc::new(tls_main.tls(&parts_tls, &ingress_parts)),
         };
         drop(ingress_parts);
-        self.kept.tls = Some(parts::TlsKept {
+        self.incremental.keep_tls(parts::TlsKept {
             parts: parts_tls,
             main: tls_main,
             tls: tls.clone(),
@@ -1562,7 +1473,7 @@ impl<'a> Translator<'a> {
             model,
             diagnostics: self.diags,
             reuse: self.reuse,
-            parts: self.kept,
+            parts: self.incremental.into_parts(),
         }
     }
 
@@ -1575,12 +1486,10 @@ impl<'a> Translator<'a> {
         let directs = self.registered.take().unwrap_or_default();
         // The parts' registrations by name, then in the order they happened: the last run's
         // order with the replaced parts' moved, when it holds.
-        let order = match self.prior_registrations.take() {
-            Some(order) => order.patch(ingress_parts, &self.replaced_ranks),
-            None => parts::RegistrationOrder::new(ingress_parts),
-        };
-        let registrations = order.with_directs(ingress_parts, &directs);
-        self.kept.registrations = Some(order);
+        let registrations = self
+            .incremental
+            .registration_order(ingress_parts)
+            .with_directs(ingress_parts, &directs);
         let builds = registrations
             .chunk_by(|a, b| a.0 == b.0 && a.1.name == b.1.name)
             .filter_map(|group| match group {
@@ -1593,7 +1502,7 @@ impl<'a> Translator<'a> {
         // A run that takes nothing from the last one (a cold start, a script change)
         // assembles every backend: workers assemble them ahead, as the Ingresses.
         let workers = self.config.workers;
-        if self.prior.is_none() && workers.spread(registrations.len()) {
+        if !self.incremental.takes() && workers.spread(registrations.len()) {
             let builds: Vec<_> = builds.collect();
             let this = &*self;
             let ahead = crate::parallel::map(&builds, workers, |build| {
@@ -1620,28 +1529,24 @@ impl<'a> Translator<'a> {
 
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
     /// and its endpoints did not move (and its hook's operations fit the budget), else the
-    /// one assembled `ahead` by a worker when its operations fit, else assembled by a fork.
+    /// one assembled `ahead` by a worker when its operations fit, else assembled in turn.
     /// Taken into this run's state either way.
     fn backend_part(
         &mut self,
         build: &Arc<parts::Registration>,
         ahead: Option<Forked<parts::BackendPart>>,
     ) -> Arc<parts::BackendPart> {
-        let name = build.name.as_str();
         let taken = self
-            .prior
-            .and_then(|prior| prior.backend(build, &mut self.backend_cursor))
+            .incremental
+            .backend(build)
             .filter(|part| self.policy.charge(part.operations))
             .cloned();
-        let (part, keep) = match taken {
-            Some(part) => {
-                self.kept.backends_taken += 1;
-                (part, true)
-            }
+        let (part, taken, keep) = match taken {
+            Some(part) => (part, true, true),
             None => {
                 let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
                 let (part, operations) = ahead.unwrap_or_else(|| self.assemble_backend(build));
-                (Arc::new(part), operations.is_some())
+                (Arc::new(part), false, operations.is_some())
             }
         };
         for d in &part.diagnostics {
@@ -1655,15 +1560,7 @@ impl<'a> Translator<'a> {
         if part.follows_endpoints {
             self.reuse.endpoint_users.add_part(&part);
         }
-        if keep {
-            debug_assert!(
-                self.kept
-                    .backends
-                    .last()
-                    .is_none_or(|p| p.build.name.as_str() < name)
-            );
-            self.kept.backends.push(part.clone());
-        }
+        self.incremental.keep_backend(&part, taken, keep);
         part
     }
 

@@ -1,10 +1,9 @@
-//! Translation parts kept from one run to the next: what each Ingress contributed (routes,
-//! redirects, TLS entries, the backends it registered, its diagnostics) and each HTTP backend
-//! as it came out. A run after changes to Ingresses and endpoints alone takes the part of every
-//! Ingress that is the same object as before, and of every backend assembled from the same
-//! inputs whose endpoints did not move, instead of translating them again.
+//! Translation parts: what each Ingress contributed (routes, redirects, TLS entries, the
+//! backends it registered, its diagnostics) and each HTTP backend as it came out, and the
+//! orders a run makes of them. [`super::incremental`] keeps them from one run to the next.
 //!
-//! A part is what a fresh translator produced for that one Ingress or backend; the run
+//! A part is what [`super::translate_ingress`] or [`super::assemble_backend`] made for that
+//! one Ingress or backend; the run
 //! absorbs it into its own state exactly as if the translation had happened there (later
 //! registrations of a backend leave the first Ingress' annotations in place, capture slots keep
 //! the order routes first asked for them), so the output is the same either way. `tests/memo.rs`
@@ -210,7 +209,7 @@ pub(super) struct RedirectMap {
 /// flat list: route settings are large (half a kilobyte), and a tree's node holds room for
 /// eleven.
 #[derive(Debug, Clone)]
-pub(super) struct Registration {
+pub struct Registration {
     pub(super) name: String,
     pub(super) service: Key,
     pub(super) port: ResolvedPort,
@@ -302,7 +301,7 @@ pub struct Parts {
     pub(super) ingresses: Vec<Option<Arc<IngressPart>>>,
     /// Ranks by the address of the Ingress object a part was made from (kept alive by the
     /// part, so not reused), made when a lookup by rank first misses.
-    ingress_ranks: OnceLock<HashMap<usize, usize>>,
+    pub(super) ingress_ranks: OnceLock<HashMap<usize, usize>>,
     /// How many Ingress and backend parts the run that made these took from the run before.
     pub(super) ingresses_taken: usize,
     pub(super) backends_taken: usize,
@@ -550,91 +549,5 @@ impl Ordered {
             key: key.clone(),
             ingress: ingress.clone(),
         }
-    }
-}
-
-/// What a run may take from the last one: its parts, valid as long as nothing but Ingresses
-/// and EndpointSlices changed since (the caller's check), except the backends of the Services
-/// whose endpoints moved.
-#[derive(Debug, Clone, Copy)]
-pub struct Prior<'p> {
-    pub parts: &'p Parts,
-    pub moved_endpoints: &'p BTreeSet<Key>,
-    /// The Ingresses that changed since (added, changed or removed).
-    pub changed_ingresses: &'p BTreeSet<Key>,
-}
-
-impl<'p> Prior<'p> {
-    /// The part made from this very Ingress object, which is now at age rank `rank`.
-    pub(super) fn ingress(
-        self,
-        rank: usize,
-        ingress: &Arc<Ingress>,
-    ) -> Option<&'p Arc<IngressPart>> {
-        let ingresses = &self.parts.ingresses;
-        let made_from = |rank: usize| {
-            ingresses
-                .get(rank)
-                .and_then(Option::as_ref)
-                .filter(|p| Arc::ptr_eq(&p.ingress, ingress))
-        };
-        if let Some(part) = made_from(rank) {
-            return Some(part);
-        }
-        // The Ingress at this rank in the last run, changed: no other part was made from
-        // this object (and the index below is not needed).
-        let same_name = |p: &Arc<IngressPart>| {
-            p.ingress.metadata.name == ingress.metadata.name
-                && p.ingress.metadata.namespace == ingress.metadata.namespace
-        };
-        if ingresses
-            .get(rank)
-            .and_then(Option::as_ref)
-            .is_some_and(same_name)
-        {
-            return None;
-        }
-        // Another rank: an older Ingress came or went.
-        let ranks = self.parts.ingress_ranks.get_or_init(|| {
-            ingresses
-                .iter()
-                .enumerate()
-                .filter_map(|(rank, p)| Some((Arc::as_ptr(&p.as_ref()?.ingress) as usize, rank)))
-                .collect()
-        });
-        made_from(*ranks.get(&(Arc::as_ptr(ingress) as usize))?)
-    }
-
-    /// The part of backend `build.name` when it was assembled from what `build` holds and
-    /// its Service's endpoints did not move. Names are asked for in ascending order: `cursor`
-    /// (0 for the first) keeps the place reached in the parts, which are in that order too.
-    pub(super) fn backend(
-        self,
-        build: &Arc<Registration>,
-        cursor: &mut usize,
-    ) -> Option<&'p Arc<BackendPart>> {
-        let backends = &self.parts.backends;
-        // The usual case: the next part was made from this very registration (of an Ingress
-        // part taken from the last run), so neither the names nor the contents are read.
-        let same = backends
-            .get(*cursor)
-            .is_some_and(|p| Arc::ptr_eq(&p.build, build));
-        if !same {
-            let name = build.name.as_str();
-            while backends
-                .get(*cursor)
-                .is_some_and(|p| p.build.name.as_str() < name)
-            {
-                *cursor += 1;
-            }
-        }
-        let part = backends
-            .get(*cursor)
-            .filter(|p| same || (p.build.name == build.name && p.build.matches(build)))?;
-        // Names are asked for in ascending order: this part is not asked for again.
-        *cursor += 1;
-        let moved =
-            !self.moved_endpoints.is_empty() && self.moved_endpoints.contains(&build.service);
-        (!moved).then_some(part)
     }
 }
