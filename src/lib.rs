@@ -1,38 +1,46 @@
 //! Portcullis: a Kubernetes ingress controller for HAProxy.
 //!
-//! Data flows one way: `source` → `store` → `translate` (+ `policy`) → `model` → `render`.
-//! Everything from `store` to `render` is pure: it takes a snapshot and returns data.
+//! The pipeline itself — store → translate (+ policy) → model → render → plan — is the
+//! `portcullis-core` crate (`src/core`), pure and re-exported here under the same names. This
+//! crate is what runs around it, in the order an event travels:
 
+pub use portcullis_core::{
+    attribution, diagnostics, fingerprint, layers, model, objects, parallel, pipeline, plan,
+    policy, render, snippets, store, synth, translate, values,
+};
+
+/// The admin endpoint: health, readiness, metrics, debug pages.
 pub mod admin;
+/// Writing files and talking to HAProxy to carry out a plan.
 pub mod apply;
-pub mod attribution;
+/// `haproxy -c` on a rendered configuration.
 pub mod check;
+/// The command line.
 pub mod cli;
+/// The Kubernetes API: watches, leases, status and Events.
 pub mod cluster;
+/// The controller loop: debounce, run the pipeline, apply, report.
 pub mod controller;
+/// The TCP custom resource's definition.
 pub mod crd;
-pub mod demo;
-pub mod diagnostics;
+/// ExternalName Services' names resolved, and refused where they point inward.
 pub mod external_names;
-pub mod fingerprint;
+/// HAProxy itself: its process, its master CLI and runtime API.
 pub mod haproxy;
 pub(crate) mod http1;
-pub mod layers;
+/// HAProxy's log lines as tracing events.
 pub mod logwriter;
+/// Prometheus metrics.
 pub mod metrics;
-pub mod model;
-pub mod objects;
-pub mod parallel;
-pub mod pipeline;
-pub mod policy;
-pub mod render;
-pub mod sitetest;
-pub mod snippets;
+/// Where objects come from: a directory of manifests, or the cluster (`cluster`).
 pub mod source;
-pub mod store;
-pub mod synth;
-pub mod translate;
-pub mod values;
+
+// Tools built on the controller.
+
+/// Echo servers standing in for the quickstart's pods.
+pub mod demo;
+/// `portcullis test`: a site author's test kit for scripts and templates.
+pub mod sitetest;
 
 /// The allocator of every program built on this crate (the controller, its tests and
 /// benchmarks). A pipeline run allocates and frees millions of small objects; with glibc's
