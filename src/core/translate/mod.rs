@@ -35,6 +35,7 @@ use crate::store::Store;
 use crate::values;
 
 use backends::ResolvedPort;
+pub use incremental::{EndpointUsers, Reuse};
 use routes::{PathKind, RedirectClaim, RouteCandidate};
 
 /// Everything translation needs besides the store: flags, parsed once.
@@ -120,89 +121,6 @@ pub struct Translation {
     pub reuse: Reuse,
     /// The parts a later run may take instead of translating them again.
     pub parts: parts::Parts,
-}
-
-/// How far a translation stays valid besides its store: which backends follow which Service's
-/// endpoints, until when its time-dependent messages hold, and which previous certificates it
-/// read.
-#[derive(Debug, Clone, Default)]
-pub struct Reuse {
-    /// Service → the backends (name, port) whose servers are its endpoints.
-    pub endpoint_users: EndpointUsers,
-    /// Whether the run knew the time, and the first second at which a certificate expiry
-    /// message would read differently.
-    pub knew_time: bool,
-    pub stable_until: Option<i64>,
-    /// The previous certificates the run consulted (for invalid Secrets), as they were.
-    pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
-    /// The resolver's answers the run used.
-    pub external_names: Option<Arc<exposure::ResolvedNames>>,
-}
-
-/// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
-/// for the Services whose endpoints moved: a tree by Service (or a sort) made on every run cost
-/// more at 10 000 Services than the rest of a run after an Ingress change, where the pass
-/// costs well under a millisecond on the endpoint path. HTTP backends are held as their parts,
-/// which the run keeps anyway.
-#[derive(Debug, Clone, Default)]
-pub struct EndpointUsers {
-    http: Vec<Arc<parts::BackendPart>>,
-    /// The others (TCP backends): (Service, backend name, port).
-    other: Vec<(Key, String, ResolvedPort)>,
-}
-
-impl EndpointUsers {
-    fn add(&mut self, service: &Key, name: &str, port: &ResolvedPort) {
-        self.other
-            .push((service.clone(), name.to_string(), port.clone()));
-    }
-
-    fn add_part(&mut self, part: &Arc<parts::BackendPart>) {
-        self.http.push(part.clone());
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.http.is_empty() && self.other.is_empty()
-    }
-
-    /// The backends (Service, name, port) of the Services in `services`.
-    pub fn of<'u>(
-        &'u self,
-        services: &'u BTreeSet<Key>,
-    ) -> impl Iterator<Item = (&'u Key, &'u str, &'u ResolvedPort)> {
-        let http = self
-            .http
-            .iter()
-            .map(|p| (&p.build.service, p.build.name.as_str(), &p.build.port));
-        let other = self
-            .other
-            .iter()
-            .map(|(service, name, port)| (service, name.as_str(), port));
-        // A few Services (the usual case) are compared one by one: most backends differ from
-        // each at the length of a name, before any tree search.
-        let few: Option<Vec<&Key>> = (services.len() <= 16).then(|| services.iter().collect());
-        http.chain(other).filter(move |(service, _, _)| match &few {
-            Some(keys) => keys.contains(service),
-            None => services.contains(*service),
-        })
-    }
-}
-
-impl Reuse {
-    /// Whether a run with `inputs` would say and use exactly what this one did, store aside.
-    pub fn holds_for(&self, inputs: &RunInputs) -> bool {
-        let time_holds = match (inputs.now_unix, self.stable_until) {
-            (Some(now), Some(until)) => self.knew_time && now < until,
-            (now, None) => now.is_some() == self.knew_time,
-            (None, Some(_)) => false,
-        };
-        time_holds
-            && self.external_names == inputs.external_names
-            && self
-                .previous_read
-                .iter()
-                .all(|(key, pem)| inputs.previous_certificates.get(key) == pem.as_ref())
-    }
 }
 
 /// The first second at which the expiry message of a certificate ending at `end` reads
