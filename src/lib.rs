@@ -35,12 +35,8 @@ pub mod metrics;
 /// Where objects come from: a directory of manifests, or the cluster (`cluster`).
 pub mod source;
 
-// Tools built on the controller.
-
-/// Echo servers standing in for the quickstart's pods.
-pub mod demo;
-/// `portcullis test`: a site author's test kit for scripts and templates.
-pub mod sitetest;
+/// Tools built on the controller: the quickstart's echo servers, the site test kit.
+pub mod tools;
 
 /// The allocator of every program built on this crate (the controller, its tests and
 /// benchmarks). A pipeline run allocates and frees millions of small objects; with glibc's
