@@ -35,20 +35,13 @@ pub mod metrics;
 /// Where objects come from: a directory of manifests, or the cluster (`cluster`).
 pub mod source;
 
-// Tools built on the controller.
-
-/// Echo servers standing in for the quickstart's pods.
-pub mod demo;
-/// `portcullis test`: a site author's test kit for scripts and templates.
-pub mod sitetest;
+/// Tools built on the controller: the quickstart's echo servers, the site test kit.
+pub mod tools;
 
 /// The allocator of every program built on this crate (the controller, its tests and
-/// benchmarks). A pipeline run allocates and frees millions of small objects; with glibc's
-/// allocator a run after an Ingress change at 10 000 Ingresses spent half its time in
-/// `malloc` and `free`, and took twice as long as with mimalloc. mimalloc's version 2 (the
-/// `v2` feature) peaks at about the memory glibc's does; version 3 held 18 MiB more there
-/// ([docs/performance.md](../docs/performance.md)). The `no_thp` feature stops it asking the
-/// kernel for transparent huge pages (`MADV_HUGEPAGE`): 2 MiB pages partly used held about
-/// 12 MiB more at 10 000 Ingresses, for a cold run some 7 % faster.
+/// benchmarks). A pipeline run allocates and frees millions of small objects, which glibc's
+/// allocator serves at about twice the cost. mimalloc's version 2 (`v2`) holds no more memory
+/// at its peak than glibc's; `no_thp` keeps it from asking for transparent huge pages, whose
+/// partly used 2 MiB pages would be held for nothing. Figures: docs/performance.md.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
