@@ -20,7 +20,7 @@ use crate::external_names::Resolver;
 use crate::haproxy::client::Client;
 use crate::metrics::Metrics;
 use crate::objects::Kind;
-use crate::pipeline::{LoadError, Output, Pipeline};
+use crate::pipeline::{LoadError, Output, Pipeline, RunReport};
 use crate::source::{files, watch};
 use crate::store::Store;
 use crate::translate::RunInputs;
@@ -599,14 +599,18 @@ async fn compute(
             ..inputs.clone()
         };
         let started = Instant::now();
-        let (output, report) = p.run_with(store, &inputs).map_err(|e| e.to_string())?;
+        let result = p.run_with(store, &inputs);
+        // A run that failed to render is counted too, as a full one.
+        let report = result
+            .as_ref()
+            .map_or(RunReport::Full, |(_, report)| *report);
         let path = report.path();
         metrics.pipeline_runs.inc(&[path]);
         let took = started.elapsed().as_secs_f64();
         metrics.pipeline_duration.observe(&[path], took);
         let patched = report.patched();
         tracing::debug!(path, patched, run_ms = took * 1e3, "pipeline ran");
-        Ok::<_, String>(output)
+        result.map(|(output, _)| output).map_err(|e| e.to_string())
     };
     let mut held = std::mem::take(quarantine);
     let (result, held) = tokio::task::spawn_blocking(move || {
