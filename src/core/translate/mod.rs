@@ -257,8 +257,9 @@ pub fn translate_taking<'a>(
     t.finish(global)
 }
 
-/// A part made by [`translate_ingress`] or [`assemble_backend`], and the operations its hooks used (`None` when a call was
-/// stopped: then the part is not kept, and one made ahead by a worker is made again).
+/// A part made by [`translate_ingress`] or [`assemble_backend`], and the operations its hooks
+/// used (`None` when a call was stopped: then the part is not kept, and one made ahead by a
+/// worker is made again).
 type Forked<P> = (P, Option<u64>);
 
 /// What translating one Ingress or assembling one backend reads besides the object: the
