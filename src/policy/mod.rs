@@ -22,6 +22,7 @@ use crate::layers::{self, ReadLayer, SourceFile};
 use crate::model::{BackendSettings, GlobalSettings};
 
 pub use budget::{Budget, MAX_CALL_TIME, MAX_OPERATIONS_PER_CALL, MAX_OPERATIONS_PER_RUN};
+use context::Report;
 pub use context::{HookContext, ValueSource};
 pub use settings::RouteOutcome;
 
@@ -419,159 +420,117 @@ impl PolicyEngine {
     /// backends.
     pub fn run_backend(&self, ctx: &HookContext, budget: Budget) -> HookRun<Arc<BackendSettings>> {
         hook_run(budget, |budget, diags| {
-            self.run_whole(Hook::Backend, ctx, budget, diags, |budget, diags| {
-                let mut out = BackendSettings::default();
-                self.run(Hook::Backend, ctx, budget, diags, |m| {
-                    settings::apply_backend(m, &mut out)
-                });
-                Arc::new(out)
-            })
+            let scripts = self.hook_scripts[Hook::Backend as usize];
+            self.whole.run(
+                Hook::Backend,
+                scripts,
+                ctx,
+                budget,
+                diags,
+                |budget, diags| {
+                    let mut out = BackendSettings::default();
+                    let read_facts = self.run(Hook::Backend, ctx, budget, diags, |m| {
+                        settings::apply_backend(m, &mut out)
+                    });
+                    (Arc::new(out), read_facts)
+                },
+            )
         })
     }
 
     /// Runs the `route` hooks of one path.
     pub fn run_route(&self, ctx: &HookContext, budget: Budget) -> HookRun<RouteOutcome> {
         hook_run(budget, |budget, diags| {
-            self.run_whole(Hook::Route, ctx, budget, diags, |budget, diags| {
-                let mut out = RouteOutcome::default();
-                self.run(Hook::Route, ctx, budget, diags, |m| {
-                    settings::apply_route(m, &mut out)
-                });
-                out
-            })
+            let scripts = self.hook_scripts[Hook::Route as usize];
+            self.whole
+                .run(Hook::Route, scripts, ctx, budget, diags, |budget, diags| {
+                    let mut out = RouteOutcome::default();
+                    let read_facts = self.run(Hook::Route, ctx, budget, diags, |m| {
+                        settings::apply_route(m, &mut out)
+                    });
+                    (out, read_facts)
+                })
         })
     }
 
-    /// Runs every script of `hook` (`compute`), or replays the run remembered for a context
-    /// with the same inputs. Its operations are charged again, unless they would exhaust the
-    /// run's budget (then the scripts run, and stop where any replica stops). A run in which
-    /// a call was stopped (budget, clock) is not remembered.
-    fn run_whole<T: Clone + PartialEq + Send + Sync + 'static>(
-        &self,
-        hook: Hook,
-        ctx: &HookContext,
-        budget: &mut Budget,
-        diags: &mut Diagnostics,
-        compute: impl FnOnce(&mut Budget, &mut Diagnostics) -> T,
-    ) -> T {
-        let keys = self.whole.keys(ctx, self.hook_scripts[hook as usize]);
-        if let Some(done) = self.whole.find(hook, keys) {
-            if let Some(value) = done.value.downcast_ref::<T>() {
-                if budget.charge(done.operations) {
-                    for d in done.diagnostics {
-                        diags.push(d);
-                    }
-                    return value.clone();
-                }
-            }
-        }
-        let before = *budget;
-        ctx.forget_facts_read();
-        let mut own = Diagnostics::new();
-        let value = compute(budget, &mut own);
-        let reports: Vec<Diagnostic> = own.iter().cloned().collect();
-        diags.extend(own);
-        let Some(operations) = budget.used_since(before) else {
-            return value;
-        };
-        let shared = self.whole.shared(hook, value.clone());
-        // The remembered equal value, whose shared parts (`Arc`s) the caller then shares too:
-        // most routes come out with the same settings.
-        let value = shared.downcast_ref::<T>().cloned().unwrap_or(value);
-        let facts_free = !ctx.facts_read();
-        self.whole
-            .remember(hook, keys, facts_free, shared, reports, operations);
-        value
-    }
-
+    /// `hook`'s scripts on `ctx` ([`Self::run_scripts`]), each call found in the memo when
+    /// it can be; whether a fact was read.
     fn run(
         &self,
         hook: Hook,
         ctx: &HookContext,
         budget: &mut Budget,
         diags: &mut Diagnostics,
-        mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
-    ) {
-        // Held across the scripts that replay; let go before one runs (and is remembered).
-        let mut reader = None;
-        for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
-            // Remembered for a context that reads the same: replayed, with the operations the
-            // call used charged again, unless they would exhaust the run's budget (then the
-            // script runs and stops where any replica stops).
-            let replayed = reader.get_or_insert_with(|| self.memo.reader()).find(
+        apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+    ) -> bool {
+        let mut calls = self.memo.calls();
+        self.run_scripts(hook, ctx, budget, diags, apply, |script, budget, take| {
+            calls.call(
                 script.memo_id,
                 hook,
-                |key| ctx.replay(key),
-                |outcome| {
-                    if !budget.charge(outcome.operations) {
-                        return false;
-                    }
-                    for report in &outcome.reports {
-                        if let Some(d) = ctx.resolve(report) {
-                            diags.push(d);
-                        }
-                    }
-                    self.apply_result(hook, ctx, script, Ok(&outcome.value), diags, &mut apply);
-                    true
-                },
+                ctx,
+                budget,
+                |budget| self.call(script, hook, ctx, budget),
+                take,
             );
-            if replayed == Some(true) {
-                continue;
-            }
-            reader = None;
-            // For `ctx.warn`: a replayed call's reports already name their script.
-            ctx.set_script(&script.display);
-            ctx.begin_trace();
-            let (result, used, stop) = self.engines.lend(|metered| {
-                metered.meter.start(budget.left());
-                // A panic inside the engine or an accessor must only cost this object its
-                // settings.
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    metered.engine.call_fn_with_options::<Dynamic>(
-                        CallFnOptions::new().eval_ast(false).rewind_scope(true),
-                        &mut Scope::new(),
-                        &script.ast,
-                        hook.function_name(),
-                        (ctx.clone(),),
-                    )
-                }));
-                let (used, stop) = metered.meter.finish();
-                (result, used, stop)
+        });
+        calls.read_facts()
+    }
+
+    /// The hook run: every script of `hook`, in order, each call's reports named against
+    /// `ctx`'s objects and its settings applied. `call` makes a script's call, or stands in
+    /// for it, and lends its result to the function it is given.
+    fn run_scripts(
+        &self,
+        hook: Hook,
+        ctx: &HookContext,
+        budget: &mut Budget,
+        diags: &mut Diagnostics,
+        mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+        mut call: impl FnMut(&Script, &mut Budget, &mut dyn FnMut(CallResult<'_>, &[Report])),
+    ) {
+        for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
+            call(script, budget, &mut |result, reports| {
+                for report in reports {
+                    if let Some(d) = ctx.resolve(report) {
+                        diags.push(d);
+                    }
+                }
+                self.apply_result(hook, ctx, script, result, diags, &mut apply);
             });
-            let trace = ctx.end_trace();
-            budget.spend(used, stop.is_some());
-            let result = match result {
-                Ok(r) => r,
-                Err(_) => Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
+        }
+    }
+
+    /// `script`'s `hook` called on `ctx`, counted on `budget`.
+    fn call(&self, script: &Script, hook: Hook, ctx: &HookContext, budget: &mut Budget) -> Call {
+        let ctx = context::Ctx::new(ctx, &script.display);
+        let (value, operations, stop) = self.engines.lend(|metered| {
+            metered.meter.start(budget.left());
+            // A panic inside the engine or an accessor must only cost this object its
+            // settings.
+            let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                metered.engine.call_fn_with_options::<Dynamic>(
+                    CallFnOptions::new().eval_ast(false).rewind_scope(true),
+                    &mut Scope::new(),
+                    &script.ast,
+                    hook.function_name(),
+                    (ctx.clone(),),
+                )
+            }))
+            .unwrap_or_else(|_| {
+                Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
                     "the script panicked".into(),
                     rhai::Position::NONE,
-                ))),
-            };
-            // Only completed calls are remembered: a stopped or failed one depends on the
-            // budget or the clock, or is worth running again.
-            if let (Ok(value), Some(trace)) = (&result, trace) {
-                self.memo.remember(
-                    script.memo_id,
-                    hook,
-                    trace.reads,
-                    memo::Outcome {
-                        value: value.clone(),
-                        reports: trace.reports,
-                        operations: used,
-                    },
-                );
-            }
-            for d in ctx.take_diagnostics() {
-                diags.push(d);
-            }
-            self.apply_result(
-                hook,
-                ctx,
-                script,
-                result.as_ref().map_err(|e| &**e),
-                diags,
-                &mut apply,
-            );
+                )))
+            });
+            let (operations, stop) = metered.meter.finish();
+            (value, operations, stop)
+        });
+        budget.spend(operations, stop.is_some());
+        Call {
+            value,
+            log: ctx.take_log(),
+            operations,
         }
     }
 
@@ -581,7 +540,7 @@ impl PolicyEngine {
         hook: Hook,
         ctx: &HookContext,
         script: &Script,
-        result: Result<&Dynamic, &rhai::EvalAltResult>,
+        result: CallResult<'_>,
         diags: &mut Diagnostics,
         apply: &mut impl FnMut(&Map) -> Vec<settings::KeyError>,
     ) {
@@ -619,6 +578,17 @@ impl PolicyEngine {
             }
         }
     }
+}
+
+/// What a script's call gave: a settings map or unit, or why it gave nothing.
+type CallResult<'a> = Result<&'a Dynamic, &'a rhai::EvalAltResult>;
+
+/// A script's call: what it gave, what it read and reported, and the operations it used.
+#[derive(Debug)]
+pub struct Call {
+    pub value: Result<Dynamic, Box<rhai::EvalAltResult>>,
+    pub log: context::Log,
+    pub operations: u64,
 }
 
 /// Runs `work` on `budget` with diagnostics of its own, as a [`HookRun`].
