@@ -126,14 +126,14 @@ impl Memo {
     /// turn): one read lock instead of one per script. The workers of a cold run find
     /// results a million times at 10 000 Ingresses; taking the lock for each made the two
     /// cores fight over it. Drop it before remembering.
-    pub fn reader(&self) -> Reader<'_> {
+    fn reader(&self) -> Reader<'_> {
         Reader(self.state.read().ok())
     }
 
     /// Remembers a call. A trace that disagrees with the tree (a read where the tree has
     /// another) is not remembered: that would mean the hook is not a function of its reads.
     /// While another thread holds the tree, the call waits in `pending` (see [`Memo`]).
-    pub fn remember(
+    fn remember(
         &self,
         script: u64,
         hook: Hook,
@@ -249,6 +249,7 @@ fn add(state: &mut State, call: Entry) {
 
 /// The memo standing in for the calls of one hook run (every script of the hook, in turn):
 /// a call whose reads answer as a remembered call's did is not made again.
+#[derive(Debug)]
 pub struct Calls<'a> {
     memo: &'a Memo,
     /// Held across the calls found; let go before one is made (and remembered).
@@ -323,16 +324,8 @@ impl Calls<'_> {
     }
 }
 
-impl std::fmt::Debug for Calls<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Calls")
-            .field("read_facts", &self.read_facts)
-            .finish_non_exhaustive()
-    }
-}
-
 /// The memo held for reading ([`Memo::reader`]).
-pub struct Reader<'a>(Option<std::sync::RwLockReadGuard<'a, State>>);
+struct Reader<'a>(Option<std::sync::RwLockReadGuard<'a, State>>);
 
 impl std::fmt::Debug for Reader<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -347,7 +340,7 @@ impl Reader<'_> {
     /// The outcome is lent, not shared: the workers of a cold run find the same few outcomes
     /// hundreds of thousands of times, and counting references to them (or marking them used
     /// when they already are) made the two cores fight over those cache lines.
-    pub fn find<R>(
+    fn find<R>(
         &self,
         script: u64,
         hook: Hook,
@@ -502,7 +495,7 @@ impl WholeRuns {
     /// 128-bit pass, with the fingerprints', took 2 % off a cold run.
     /// `scripts` names the scripts of the hook (see `PolicyEngine::hook_scripts`), so that
     /// engines sharing this memo find only the runs of the same scripts.
-    pub fn keys(&self, ctx: &HookContext, scripts: u128) -> WholeKeys {
+    fn keys(&self, ctx: &HookContext, scripts: u128) -> WholeKeys {
         let key = |bytes: &[u8]| {
             let mut f = crate::fingerprint::Fingerprint::with_keys(self.keys);
             std::io::Write::write_all(&mut f, bytes).ok();
@@ -527,7 +520,7 @@ impl WholeRuns {
     /// keyed by its own object), and at 10 000 Ingresses a copy of each was 25 MB. While
     /// another worker holds the list, the value is not shared: a few dozen copies in a cold
     /// run, where waiting cost the workers 8 ms.
-    pub fn shared<T: PartialEq + Send + Sync + 'static>(
+    fn shared<T: PartialEq + Send + Sync + 'static>(
         &self,
         hook: Hook,
         value: T,
@@ -592,7 +585,7 @@ impl WholeRuns {
 
     /// The run remembered for a context of these keys: one that read no fact under the
     /// general key, else one under the specific key.
-    pub fn find(&self, hook: Hook, keys: WholeKeys) -> Option<WholeRun> {
+    fn find(&self, hook: Hook, keys: WholeKeys) -> Option<WholeRun> {
         self.find_one(hook, keys.general, true)
             .or_else(|| self.find_one(hook, keys.specific, false))
     }
@@ -609,7 +602,7 @@ impl WholeRuns {
     }
 
     /// Remembers a run under the general key when it read no fact, else the specific one.
-    pub fn remember(
+    fn remember(
         &self,
         hook: Hook,
         keys: WholeKeys,
