@@ -30,7 +30,7 @@ use crate::model::{
     Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
 };
 use crate::objects::{Key, Kind, ObjectRef, Service};
-use crate::policy::{HookContext, PolicyEngine, ValueSource};
+use crate::policy::{Budget, HookContext, PolicyEngine, ValueSource};
 use crate::store::Store;
 use crate::values;
 
@@ -121,6 +121,8 @@ pub struct Translation {
     pub reuse: Reuse,
     /// The parts a later run may take instead of translating them again.
     pub parts: parts::Parts,
+    /// The run's hook operation budget, as the run left it.
+    pub budget: Budget,
 }
 
 /// The first second at which the expiry message of a certificate ending at `end` reads
@@ -178,9 +180,7 @@ pub fn translate_taking<'a>(
     carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
-    if prior.is_some() {
-        policy.begin_partial_run();
-    } else {
+    if prior.is_none() {
         policy.begin_run();
     }
     let ctx = Ctx {
@@ -206,7 +206,10 @@ pub fn translate_taking<'a>(
             BTreeMap::new(),
         )
         .with_snippets(config.snippets);
-        policy.run_global(&ctx, &mut t.diags)
+        let run = policy.run_global(&ctx, t.budget);
+        t.budget = run.budget;
+        t.diags.extend(run.diagnostics);
+        run.settings
     };
     if let Some(key) = &config.default_backend_service {
         t.default_backend_service(key);
@@ -279,30 +282,35 @@ pub struct Ctx<'a> {
 }
 
 /// One Ingress' rules and TLS section (its default backend is the run's, where the first
-/// Ingress to name one wins) as the part it contributes at age rank `rank`, and the
-/// operations its hooks used (`None` when a call was stopped).
+/// Ingress to name one wins) as the part it contributes at age rank `rank`, its hooks running
+/// on `budget`: the part, the operations its hooks used (`None` when a call was stopped) and
+/// the budget after.
 pub fn translate_ingress(
     rank: usize,
     key: &Key,
     ingress: &Arc<Ingress>,
     ctx: &Ctx<'_>,
-) -> Forked<parts::IngressPart> {
-    let before = ctx.policy.account();
+    budget: Budget,
+) -> (Forked<parts::IngressPart>, Budget) {
     let mut t = Translator::new(ctx);
+    t.budget = budget;
     t.ingress_rules(rank, key, ingress);
-    let operations = ctx.policy.account().since(before);
+    let after = t.budget;
+    let operations = after.used_since(budget);
     let part = t.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
-    (part, operations)
+    ((part, operations), after)
 }
 
-/// The HTTP backend `build` registers, assembled: its backend hook, cookies, servers and
-/// server TLS settings, and the operations its hook used (`None` when a call was stopped).
+/// The HTTP backend `build` registers, assembled (its backend hook on `budget`, cookies,
+/// servers and server TLS settings): the part, the operations its hook used (`None` when a
+/// call was stopped) and the budget after.
 pub fn assemble_backend(
     build: &Arc<parts::Registration>,
     ctx: &Ctx<'_>,
-) -> Forked<parts::BackendPart> {
-    let before = ctx.policy.account();
+    budget: Budget,
+) -> (Forked<parts::BackendPart>, Budget) {
     let mut t = Translator::new(ctx);
+    t.budget = budget;
     let mut backend = t.backend(build.name.clone(), build.to_build());
     let service = ObjectRef::new(Kind::Service, &build.service);
     tls_edge::resolve_server_tls(
@@ -312,7 +320,8 @@ pub fn assemble_backend(
         &mut t.diags,
         &mut t.static_files,
     );
-    let operations = ctx.policy.account().since(before);
+    let after = t.budget;
+    let operations = after.used_since(budget);
     let part = parts::BackendPart {
         build: build.clone(),
         backend: Arc::new(backend),
@@ -321,7 +330,7 @@ pub fn assemble_backend(
         follows_endpoints: !t.reuse.endpoint_users.is_empty(),
         operations: operations.unwrap_or(0),
     };
-    (part, operations)
+    ((part, operations), after)
 }
 
 struct Translator<'a> {
@@ -329,6 +338,8 @@ struct Translator<'a> {
     config: &'a TranslateConfig,
     inputs: &'a RunInputs,
     policy: &'a PolicyEngine,
+    /// What the hooks may still do in this run (for a part: in the work it does).
+    budget: Budget,
     diags: Diagnostics,
     backends: BTreeMap<String, BackendBuild>,
     routes: Vec<RouteCandidate>,
@@ -591,6 +602,7 @@ impl<'a> Translator<'a> {
             config: ctx.config,
             inputs,
             policy: ctx.policy,
+            budget: ctx.policy.budget(),
             diags: Diagnostics::new(),
             backends: BTreeMap::new(),
             routes: Vec::new(),
@@ -645,8 +657,7 @@ impl<'a> Translator<'a> {
             return Vec::new();
         }
         let parts = crate::parallel::map(&to_translate, self.config.workers, |(rank, key, i)| {
-            self.policy
-                .with_whole_budget(|| self.translate_ingress(*rank, key, i))
+            self.translate_ingress(*rank, key, i, self.budget.whole()).0
         });
         let ranks = to_translate.last().map_or(0, |(rank, _, _)| rank + 1);
         let mut by_rank: Vec<Option<Forked<parts::IngressPart>>> =
@@ -676,13 +687,20 @@ impl<'a> Translator<'a> {
         }
         let taken = self
             .prior_ingress(rank, key, ingress)
-            .filter(|part| self.policy.charge(part.operations));
+            .filter(|part| self.budget.charge(part.operations));
         let part = match taken {
             Some(part) => self.incremental.took_ingress(rank, part),
             None => {
-                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
-                let (part, operations) =
-                    ahead.unwrap_or_else(|| self.translate_ingress(rank, key, ingress));
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.budget.charge(o)));
+                let (part, operations) = match ahead {
+                    Some(ahead) => ahead,
+                    None => {
+                        let (part, budget) =
+                            self.translate_ingress(rank, key, ingress, self.budget);
+                        self.budget = budget;
+                        part
+                    }
+                };
                 self.incremental
                     .made_ingress(rank, part, operations.is_some())
             }
@@ -702,14 +720,16 @@ impl<'a> Translator<'a> {
             .ingress(rank, key, ingress, self.ctx.owners.as_deref())
     }
 
-    /// An Ingress' part, made by [`translate_ingress`] in this run's context.
+    /// An Ingress' part, made by [`translate_ingress`] in this run's context on `budget`,
+    /// and the budget after.
     fn translate_ingress(
         &self,
         rank: usize,
         key: &Key,
         ingress: &Arc<Ingress>,
-    ) -> Forked<parts::IngressPart> {
-        translate_ingress(rank, key, ingress, &self.ctx)
+        budget: Budget,
+    ) -> (Forked<parts::IngressPart>, Budget) {
+        translate_ingress(rank, key, ingress, &self.ctx, budget)
     }
 
     /// `spec.defaultBackend`: the first Ingress to set one wins.
@@ -929,7 +949,10 @@ impl<'a> Translator<'a> {
                         },
                     );
                 }
-                let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                let run = self.policy.run_route(&ctx, self.budget);
+                self.budget = run.budget;
+                self.diags.extend(run.diagnostics);
+                let outcome = run.settings;
                 let Some((service_key, resolved, _)) = target else {
                     // The path keeps its keys and answers 503 (the error above says why):
                     // falling through would serve another route's backend. An ssl-passthrough
@@ -1393,6 +1416,7 @@ impl<'a> Translator<'a> {
             diagnostics: self.diags,
             reuse: self.reuse,
             parts: self.incremental.into_parts(),
+            budget: self.budget,
         }
     }
 
@@ -1425,8 +1449,7 @@ impl<'a> Translator<'a> {
             let builds: Vec<_> = builds.collect();
             let this = &*self;
             let ahead = crate::parallel::map(&builds, workers, |build| {
-                this.policy
-                    .with_whole_budget(|| this.assemble_backend(build))
+                this.assemble_backend(build, this.budget.whole()).0
             });
             return builds
                 .iter()
@@ -1441,9 +1464,14 @@ impl<'a> Translator<'a> {
         backends
     }
 
-    /// A backend part, made by [`assemble_backend`] in this run's context.
-    fn assemble_backend(&self, build: &Arc<parts::Registration>) -> Forked<parts::BackendPart> {
-        assemble_backend(build, &self.ctx)
+    /// A backend part, made by [`assemble_backend`] in this run's context on `budget`, and
+    /// the budget after.
+    fn assemble_backend(
+        &self,
+        build: &Arc<parts::Registration>,
+        budget: Budget,
+    ) -> (Forked<parts::BackendPart>, Budget) {
+        assemble_backend(build, &self.ctx, budget)
     }
 
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
@@ -1458,13 +1486,20 @@ impl<'a> Translator<'a> {
         let taken = self
             .incremental
             .backend(build)
-            .filter(|part| self.policy.charge(part.operations))
+            .filter(|part| self.budget.charge(part.operations))
             .cloned();
         let (part, taken, keep) = match taken {
             Some(part) => (part, true, true),
             None => {
-                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
-                let (part, operations) = ahead.unwrap_or_else(|| self.assemble_backend(build));
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.budget.charge(o)));
+                let (part, operations) = match ahead {
+                    Some(ahead) => ahead,
+                    None => {
+                        let (part, budget) = self.assemble_backend(build, self.budget);
+                        self.budget = budget;
+                        part
+                    }
+                };
                 (Arc::new(part), false, operations.is_some())
             }
         };
@@ -1503,7 +1538,10 @@ impl<'a> Translator<'a> {
         sources.extend(self.ctx.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
         let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
-        let mut settings = self.policy.run_backend(&ctx, &mut self.diags);
+        let run = self.policy.run_backend(&ctx, self.budget);
+        self.budget = run.budget;
+        self.diags.extend(run.diagnostics);
+        let mut settings = run.settings;
         cookies::resolve(
             &mut settings,
             self.store,
