@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
+use crate::model::{Address, Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
 use crate::render::{
     CRT_LIST, Content, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
@@ -354,15 +354,13 @@ impl<'m> ServerCheck<'m> {
             return;
         };
         let right = match &slot.address {
-            Some(address) => match address.parse::<IpAddr>() {
-                Ok(ip) => {
-                    !actual.maintenance
-                        && actual.port == slot.port
-                        && actual.address.parse::<IpAddr>().ok() == Some(ip)
-                }
-                // DNS names are resolved by HAProxy; nothing to compare.
-                Err(_) => true,
-            },
+            Some(Address::Ip(ip)) => {
+                !actual.maintenance
+                    && actual.port == slot.port
+                    && actual.address.parse::<IpAddr>().ok() == Some(*ip)
+            }
+            // DNS names are resolved by HAProxy; nothing to compare.
+            Some(Address::Name(_)) => true,
             None => actual.maintenance,
         };
         if !right {
@@ -551,22 +549,20 @@ pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
         state,
     };
     match &slot.address {
-        Some(address) => match address.parse::<IpAddr>() {
-            Ok(addr) => {
-                plan.commands.push(Command::SetServerAddr {
-                    backend: backend.to_string(),
-                    server: slot.name.to_string(),
-                    addr,
-                    port: slot.port,
-                });
-                plan.commands.push(state(ServerState::Ready));
-            }
-            // ExternalName servers are DNS names; their resolution is set at start-up.
-            Err(_) => plan.reload_reasons.push(format!(
-                "server {backend}/{} now points at {address}",
-                slot.name
-            )),
-        },
+        Some(Address::Ip(addr)) => {
+            plan.commands.push(Command::SetServerAddr {
+                backend: backend.to_string(),
+                server: slot.name.to_string(),
+                addr: *addr,
+                port: slot.port,
+            });
+            plan.commands.push(state(ServerState::Ready));
+        }
+        // ExternalName servers are DNS names; their resolution is set at start-up.
+        Some(address @ Address::Name(_)) => plan.reload_reasons.push(format!(
+            "server {backend}/{} now points at {address}",
+            slot.name
+        )),
         None => plan.commands.push(state(ServerState::Maint)),
     }
 }

@@ -846,7 +846,13 @@ mod tests {
         assert!(base.backends.len() >= 30);
         let mut moved = base.clone();
         let backend = std::sync::Arc::make_mut(&mut moved.backends[3]);
-        std::sync::Arc::make_mut(&mut backend.servers).set(0, Some(("10.9.9.9".to_string(), 9999)));
+        std::sync::Arc::make_mut(&mut backend.servers).set(
+            0,
+            Some((
+                crate::model::Address::Ip(std::net::Ipv4Addr::new(10, 9, 9, 9).into()),
+                9999,
+            )),
+        );
         (pipeline, base, moved)
     }
 
