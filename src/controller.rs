@@ -538,9 +538,7 @@ impl CertificatesInForce {
                     .map(|tls| {
                         tls.pem_files
                             .iter()
-                            .filter_map(|p| {
-                                Some((crate::translate::tls::secret_of_path(&p.path)?, p.clone()))
-                            })
+                            .map(|p| (p.path.secret().clone(), p.clone()))
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -823,17 +821,15 @@ impl CertificateExpiry {
         let mut known = std::collections::HashMap::with_capacity(files.len());
         let mut expiry = Vec::new();
         for pem in files {
-            let Some(secret) = crate::translate::tls::secret_of_path(&pem.path) else {
-                continue;
-            };
-            let end = match self.0.remove(&pem.path) {
+            let secret = pem.path.secret();
+            let end = match self.0.remove(pem.path.as_str()) {
                 Some(end) => end,
                 None => crate::translate::tls::not_after(&pem.content),
             };
             if let Some(end) = end {
                 expiry.push((vec![secret.to_string()], end as f64));
             }
-            known.insert(pem.path.clone(), end);
+            known.insert(pem.path.to_string(), end);
         }
         self.0 = known;
         expiry
@@ -847,13 +843,13 @@ fn without_refused_certificates(
     messages: &[String],
     renderer: &crate::render::Renderer,
 ) -> Option<Output> {
-    let refused: Vec<(String, String)> = output
+    let refused: Vec<(crate::model::CertPath, String)> = output
         .model
         .tls
         .pem_files
         .iter()
         .filter_map(|pem| {
-            let line = messages.iter().find(|m| m.contains(&pem.path))?;
+            let line = messages.iter().find(|m| m.contains(pem.path.as_str()))?;
             Some((pem.path.clone(), line.clone()))
         })
         .collect();
@@ -866,13 +862,12 @@ fn without_refused_certificates(
         let tls = std::sync::Arc::make_mut(&mut model.tls);
         tls.pem_files.retain(|p| &p.path != path);
         tls.crt_list.retain(|e| &e.path != path);
-        let secret = crate::translate::tls::secret_of_path(path)
-            .unwrap_or_else(|| crate::objects::Key::new("", path.clone()));
+        let secret = path.secret();
         diagnostics.push(crate::diagnostics::Diagnostic {
             severity: Severity::Error,
             subject: Subject::Object(crate::objects::ObjectRef::new(
                 crate::objects::Kind::Secret,
-                &secret,
+                secret,
             )),
             field: Some("data".to_string()),
             message: format!(

@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::objects::Key;
+
 /// Everything HAProxy should be doing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Model {
@@ -143,7 +145,7 @@ pub struct TcpBind {
     pub address: String,
     pub port: u16,
     /// A PEM file named directly on the bind (`ssl crt <file>`).
-    pub certificate: Option<String>,
+    pub certificate: Option<CertPath>,
     pub alpn: Vec<String>,
     /// Terminate TLS with the HTTPS frontend's crt-list (`ssl crt-list <file>`; a TCP service
     /// of `--configmap-tcp-services` with the `ssl` option).
@@ -1062,7 +1064,7 @@ pub struct GlobalTls {
 pub struct ClientAuth {
     /// `certs/ca/<namespace>_<name>.pem`; none when the Secret is unusable: then the HTTPS
     /// frontend refuses every request (fail closed).
-    pub ca_file: Option<String>,
+    pub ca_file: Option<CertPath>,
     /// `required` or `optional` (`client-crt-optional`).
     pub verify: String,
 }
@@ -1076,7 +1078,7 @@ impl Tls {
 /// A certificate file: `certs/<namespace>_<secret>_<hash>.pem`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PemFile {
-    pub path: String,
+    pub path: CertPath,
     /// The PEM text, shared by the runs that found the Secret unchanged and by the rendered
     /// file. Not shown in `/debug/model`.
     #[serde(skip)]
@@ -1086,8 +1088,86 @@ pub struct PemFile {
 /// One crt-list line: a certificate and the SNI names it answers (empty: its own names).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct CrtListEntry {
-    pub path: String,
+    pub path: CertPath,
     pub sni: Vec<String>,
+}
+
+/// The name of a file made from a Secret (a certificate, a CA bundle), with that Secret:
+/// whoever needs to know which Secret a file holds (the planner renaming a rotated
+/// certificate, the expiry metric, a certificate HAProxy refused) reads it here, never from
+/// the name.
+///
+/// Compared, ordered and hashed by the name alone: a name is made from its Secret's namespace
+/// and name (and a digest of the content), so equal names have equal Secrets. Written as the
+/// name.
+///
+/// Shared: the crt-list line, the file and the runs that keep the certificate hold one name.
+#[derive(Debug, Clone)]
+pub struct CertPath(Arc<(Box<str>, Key)>);
+
+impl CertPath {
+    pub fn new(path: String, secret: Key) -> Self {
+        Self(Arc::new((path.into_boxed_str(), secret)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0.0
+    }
+
+    /// The Secret the file was made from.
+    pub fn secret(&self) -> &Key {
+        &self.0.1
+    }
+}
+
+impl PartialEq for CertPath {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for CertPath {}
+
+impl PartialOrd for CertPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for CertPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for CertPath {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for CertPath {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for CertPath {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl fmt::Display for CertPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for CertPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
 }
 
 #[cfg(test)]

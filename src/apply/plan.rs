@@ -11,11 +11,12 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::haproxy::command::{Command, ServerState};
-use crate::model::{Address, Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
+use crate::model::{
+    Address, Backend, CertPath, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls,
+};
 use crate::render::{
     CRT_LIST, Content, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
-use crate::translate::tls::secret_of_path;
 
 /// One configuration as applied: the model and its files.
 #[derive(Debug, Clone)]
@@ -450,7 +451,11 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
         pem_files: Vec::new(),
         crt_list: if tls.enabled() {
             vec![CrtListEntry {
-                path: "certs/placeholder.pem".to_string(),
+                // Of no Secret: only its presence is compared.
+                path: CertPath::new(
+                    "certs/placeholder.pem".to_string(),
+                    crate::objects::Key::new("", "placeholder"),
+                ),
                 sni: Vec::new(),
             }]
         } else {
@@ -471,7 +476,7 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
         m.tls
             .static_files
             .iter()
-            .map(|p| (p.path.clone(), p.content.clone()))
+            .map(|p| (p.path.to_string(), p.content.clone()))
             .collect()
     };
     let (a, b) = (files(old), files(new));
@@ -678,14 +683,14 @@ impl<'a> SortedEntries<'a> {
 /// name goes without its certificate in between. The disk has the new file under its own
 /// name; the old file, which HAProxy still names, stays until a reload no longer loads it.
 pub fn with_running_names(running: &Tls, new: &Tls) -> Tls {
-    let listed = |tls: &Tls| -> BTreeMap<crate::objects::Key, String> {
+    let listed = |tls: &Tls| -> BTreeMap<crate::objects::Key, CertPath> {
         tls.crt_list
             .iter()
-            .filter_map(|e| Some((secret_of_path(&e.path)?, e.path.clone())))
+            .map(|e| (e.path.secret().clone(), e.path.clone()))
             .collect()
     };
     let held = listed(running);
-    let renames: BTreeMap<String, String> = listed(new)
+    let renames: BTreeMap<CertPath, CertPath> = listed(new)
         .into_iter()
         .filter_map(|(key, path)| {
             let old = held.get(&key)?;
@@ -699,7 +704,7 @@ pub fn with_running_names(running: &Tls, new: &Tls) -> Tls {
         .map(|e| &mut e.path)
         .chain(out.pem_files.iter_mut().map(|p| &mut p.path))
     {
-        if let Some(name) = renames.get(path.as_str()) {
+        if let Some(name) = renames.get(&*path) {
             path.clone_from(name);
         }
     }
@@ -722,7 +727,7 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
         return;
     }
     let lines_of =
-        |list: &[CrtListEntry], path: &str| list.iter().filter(|e| e.path == path).count();
+        |list: &[CrtListEntry], path: &CertPath| list.iter().filter(|e| e.path == *path).count();
     let added: Vec<&CrtListEntry> = b
         .crt_list
         .iter()
@@ -769,23 +774,23 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
             Some(content) if **content == *pem.content => {}
             Some(_) => {
                 plan.commands.push(Command::SetSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                     pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
             }
             None => {
                 plan.commands.push(Command::NewSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
                 plan.commands.push(Command::SetSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                     pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
             }
         }
@@ -794,20 +799,20 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
     for entry in &removed {
         plan.commands.push(Command::DelSslCrtList {
             crt_list: CRT_LIST.to_string(),
-            path: entry.path.clone(),
+            path: entry.path.to_string(),
         });
     }
     for entry in &added {
         plan.commands.push(Command::AddSslCrtList {
             crt_list: CRT_LIST.to_string(),
-            path: entry.path.clone(),
+            path: entry.path.to_string(),
             sni: entry.sni.clone(),
         });
     }
     for entry in &removed {
         if !b.pem_files.iter().any(|p| p.path == entry.path) {
             plan.commands.push(Command::DelSslCert {
-                path: entry.path.clone(),
+                path: entry.path.to_string(),
             });
         }
     }
@@ -1117,7 +1122,7 @@ mod tests {
     #[test]
     fn appended_lines_must_not_change_which_certificate_a_name_gets() {
         let line = |path: &str, sni: &[&str]| CrtListEntry {
-            path: path.into(),
+            path: CertPath::new(path.to_string(), Key::new("ns", path)),
             sni: sni.iter().map(|s| s.to_string()).collect(),
         };
         let (a, b, c) = (
@@ -1271,7 +1276,7 @@ mod tests {
         let rotated = edge_cluster(&["v1.example.com", "v2.example.com"], other);
         let p = plan_between(&two, &rotated);
         let new_ca = &rotated.model.tls.static_files[0].path;
-        assert!(new_ca.starts_with("certs/ca/ns_ca_"), "{new_ca}");
+        assert!(new_ca.as_str().starts_with("certs/ca/ns_ca_"), "{new_ca}");
         assert_eq!(p.reload_reasons, [format!("{new_ca} changed")]);
         assert!(p.commands.is_empty());
     }

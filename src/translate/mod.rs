@@ -343,7 +343,7 @@ struct Translator<'a> {
     redirects: Vec<RedirectClaim>,
     tls_entries: Vec<CrtListEntry>,
     default_certificate: Option<CrtListEntry>,
-    pem_files: BTreeMap<String, Arc<str>>,
+    pem_files: BTreeMap<crate::model::CertPath, Arc<str>>,
     /// The default backend and what chose it, for messages.
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
@@ -355,7 +355,7 @@ struct Translator<'a> {
     /// `ssl-passthrough` hosts, resolved into the SNI map in `finish`.
     passthrough: Vec<tls_edge::PassthroughClaim>,
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
-    static_files: BTreeMap<String, Arc<str>>,
+    static_files: BTreeMap<crate::model::CertPath, Arc<str>>,
     reuse: Reuse,
     /// Parts of the last run this one may take.
     prior: Option<parts::Prior<'a>>,
@@ -1222,7 +1222,7 @@ impl<'a> Translator<'a> {
     }
 
     /// Writes (once) the PEM file for a TLS Secret and returns its path.
-    fn certificate(&mut self, key: &Key) -> Result<String, String> {
+    fn certificate(&mut self, key: &Key) -> Result<crate::model::CertPath, String> {
         let secret = self
             .store
             .secret(key)

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{BackendSettings, MapEntry, PemFile};
+use crate::model::{BackendSettings, CertPath, MapEntry, PemFile};
 #[cfg(test)]
 use crate::objects::Kind;
 use crate::objects::{Key, ObjectRef};
@@ -210,7 +210,7 @@ pub fn resolve_server_tls(
     store: &Store,
     service: &ObjectRef,
     diags: &mut Diagnostics,
-    files: &mut BTreeMap<String, std::sync::Arc<str>>,
+    files: &mut BTreeMap<CertPath, std::sync::Arc<str>>,
 ) {
     // Settings without TLS to the pods stay shared.
     if settings.server_ca.is_none() && settings.server_crt.is_none() {
@@ -221,7 +221,7 @@ pub fn resolve_server_tls(
     if let Some(reference) = settings.server_ca.clone() {
         match ca_file(store, &reference) {
             Ok(pem) => {
-                settings.server_ca_file = Some(pem.path.clone());
+                settings.server_ca_file = Some(pem.path.to_string());
                 files.insert(pem.path, pem.content);
             }
             Err(e) => {
@@ -238,7 +238,7 @@ pub fn resolve_server_tls(
     if let Some(reference) = settings.server_crt.clone() {
         match client_certificate(store, &reference) {
             Ok(pem) => {
-                settings.server_crt_file = Some(pem.path.clone());
+                settings.server_crt_file = Some(pem.path.to_string());
                 files.insert(pem.path, pem.content);
             }
             Err(e) => {
