@@ -21,6 +21,24 @@ use x509_cert::spki::SubjectPublicKeyInfoOwned;
 use crate::model::{CertPath, PemFile};
 use crate::objects::Key;
 
+/// Why a TLS Secret's certificate is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unserved {
+    /// The Secret is missing or holds no usable certificate: why.
+    Unusable(String),
+    /// HAProxy refused its file (an input of the run, reported on the Secret).
+    Refused,
+}
+
+impl std::fmt::Display for Unserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unserved::Unusable(why) => f.write_str(why),
+            Unserved::Refused => f.write_str("HAProxy refused its certificate"),
+        }
+    }
+}
+
 /// `<dir>/<namespace>_<name>_<hash>.pem`: the hash is the first 16 hex digits of the
 /// content's SHA-256 (neither the namespace nor the name can hold `_`), so two Secrets never
 /// share a name.
