@@ -553,7 +553,7 @@ impl Object for SlotsView {
         let index = key.as_usize()?;
         let name = self.names.get(index)?.clone();
         let (address, port) = match self.slots.occupant(index) {
-            Some((address, port)) => (Value::from(address.to_string()), port),
+            Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), crate::model::UNUSED_SLOT_PORT),
         };
         Some(Value::from_object(SlotView {
@@ -646,7 +646,7 @@ impl Object for SlotRunsView {
             SlotRun::Unused { first, last } => (first, last),
         };
         let (address, port) = match self.slots.occupant(first) {
-            Some((address, port)) => (Value::from(address.to_string()), port),
+            Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), UNUSED_SLOT_PORT),
         };
         let name = Value::from(self.names.get(first)?.clone());
