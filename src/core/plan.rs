@@ -271,7 +271,9 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
 /// maintenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportedServer {
-    pub address: String,
+    /// `None` when HAProxy reports no IP address (a server that resolves a DNS name and has
+    /// no answer yet).
+    pub address: Option<IpAddr>,
     pub port: u16,
     pub maintenance: bool,
 }
@@ -301,7 +303,7 @@ pub fn parse_server_state_line(line: &str) -> Option<(&str, &str, ReportedServer
         f[1],
         f[3],
         ReportedServer {
-            address: f[4].to_string(),
+            address: f[4].parse().ok(),
             port,
             // SRV_ADMF_FMAINT; the "configured" bit (0x04) stays set after `ready`.
             maintenance: admin & 0x01 != 0,
@@ -358,9 +360,7 @@ impl<'m> ServerCheck<'m> {
         };
         let right = match &slot.address {
             Some(Address::Ip(ip)) => {
-                !actual.maintenance
-                    && actual.port == slot.port
-                    && actual.address.parse::<IpAddr>().ok() == Some(*ip)
+                !actual.maintenance && actual.port == slot.port && actual.address == Some(*ip)
             }
             // DNS names are resolved by HAProxy; nothing to compare.
             Some(Address::Name(_)) => true,
