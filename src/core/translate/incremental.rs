@@ -11,7 +11,7 @@
 //! A translation also says how far it stays valid besides its store ([`Reuse`]): the
 //! pipeline redoes only the servers of the backends whose endpoints moved while it holds.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::Ingress;
@@ -331,6 +331,8 @@ pub struct Reuse {
     pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
     /// The resolver's answers the run used.
     pub external_names: Option<Arc<super::exposure::ResolvedNames>>,
+    /// The refused certificates the run left out.
+    pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
 }
 
 /// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
@@ -392,6 +394,7 @@ impl Reuse {
         };
         time_holds
             && self.external_names == inputs.external_names
+            && self.refused_certificates == inputs.refused_certificates
             && self
                 .previous_read
                 .iter()
