@@ -251,18 +251,74 @@ fn differing_fields(a: &Model, b: &Model) -> Vec<&'static str> {
 /// One render in progress, reachable from template functions through [`SCOPE_VAR`].
 #[derive(Debug)]
 pub(crate) struct Scope {
-    /// Marks sections in the output; unguessable, so no template text can forge one.
-    nonce: u64,
     /// Set when a template read a backend other than through `backend_section`, or used a
-    /// section other than by printing it: the output then has no [`Layout`].
+    /// section other than by printing it into haproxy.cfg: the output then has no [`Layout`].
     touched: Arc<AtomicBool>,
-    /// Sections printed, by marker number: (index of the backend in the model, text).
-    printed: Mutex<Vec<(usize, Arc<str>)>>,
+    /// Whether the output guard is printing a section ([`Section::print`]).
+    printing: AtomicBool,
+    /// The section being printed, (index of the backend in the model, text), until the writer
+    /// of haproxy.cfg takes it ([`Joiner`]): a section printed into a captured block (a
+    /// `{% set %}` block, a macro, a filtered block) never reaches that writer.
+    printed: Mutex<Option<(usize, Arc<str>)>>,
+}
+
+impl Scope {
+    /// The section being printed, when `bytes` is its text (the very bytes: the guard writes
+    /// the section's text as it is, and nothing else while it is being printed).
+    fn take_printed(&self, bytes: &[u8]) -> Option<(usize, Arc<str>)> {
+        if !self.printing.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut printed = self.printed.lock().ok()?;
+        let is_it = printed.as_ref().is_some_and(|(_, text)| {
+            std::ptr::eq(text.as_ptr(), bytes.as_ptr()) && text.len() == bytes.len()
+        });
+        if is_it {
+            self.printing.store(false, Ordering::Relaxed);
+            printed.take()
+        } else {
+            None
+        }
+    }
 }
 
 impl Object for Scope {
     fn repr(self: &Arc<Self>) -> ObjectRepr {
         ObjectRepr::Plain
+    }
+}
+
+/// The writer the entry template renders into: the template's own output, and where in it
+/// each section printed into haproxy.cfg goes (the sections are not copied into it).
+pub(crate) struct Joiner {
+    scope: Arc<Scope>,
+    /// The template's own output.
+    own: Vec<u8>,
+    /// (offset in `own`, index of the backend in the model, text), in output order.
+    sections: Vec<(usize, usize, Arc<str>)>,
+}
+
+impl Joiner {
+    pub(crate) fn new(scope: &Arc<Scope>) -> Self {
+        Joiner {
+            scope: scope.clone(),
+            own: Vec::with_capacity(64 * 1024),
+            sections: Vec::new(),
+        }
+    }
+}
+
+impl std::io::Write for Joiner {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        match self.scope.take_printed(bytes) {
+            Some((backend, text)) => self.sections.push((self.own.len(), backend, text)),
+            None => self.own.extend_from_slice(bytes),
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -290,9 +346,9 @@ pub(crate) fn begin_render(
     }
     let touched = Arc::new(AtomicBool::new(false));
     let scope = Arc::new(Scope {
-        nonce: rand_nonce(),
         touched: touched.clone(),
-        printed: Mutex::new(Vec::new()),
+        printing: AtomicBool::new(false),
+        printed: Mutex::new(None),
     });
     let model = ModelView::value(model, &touched);
     let ctx = minijinja::context! {
@@ -303,48 +359,48 @@ pub(crate) fn begin_render(
     (ctx, scope)
 }
 
-/// Replaces the section marks of a finished render by the sections. Returns haproxy.cfg and,
-/// when no template read a backend or used a section except by printing it, its layout.
-/// haproxy.cfg holds the sections themselves (shared with the remembered ones) and the rest of
-/// `raw`, not copies.
+/// haproxy.cfg from a finished render: the entry template's own output with each section
+/// printed into it put in its place. Returns haproxy.cfg and, when no template read a backend
+/// or used a section except by printing it, its layout. haproxy.cfg holds the sections
+/// themselves (shared with the remembered ones) and the template's own output, not copies.
 pub(crate) fn finish_render(
-    raw: String,
-    scope: &Scope,
+    out: Joiner,
     ctx: &Value,
 ) -> Result<(super::Content, Option<Layout>), &'static str> {
-    let printed = scope.printed.lock().map(|p| p.clone()).unwrap_or_default();
-    let mut parts = Vec::with_capacity(2 * printed.len() + 2);
-    let mut sections = Vec::with_capacity(printed.len());
-    // Bytes of haproxy.cfg so far, and of `raw` read.
+    let Joiner {
+        scope,
+        own,
+        sections: placed,
+    } = out;
+    // HAProxy refuses a configuration holding one ("Stray NUL character").
+    if own.contains(&0) {
+        return Err("the template output holds a NUL character");
+    }
+    let mut parts = Vec::with_capacity(2 * placed.len() + 2);
+    let mut sections = Vec::with_capacity(placed.len());
+    // Bytes of haproxy.cfg so far, and of `own` put in.
     let (mut len, mut at) = (0, 0);
     let mut last_byte = None;
-    while let Some(found) = raw[at..].find('\0') {
-        let mark_at = at + found;
-        let mark = raw.get(mark_at..mark_at + MARK_LEN).unwrap_or_default();
-        let number =
-            parse_mark(mark, scope.nonce).ok_or("the template output holds a NUL character")?;
-        let (backend, text) = printed
-            .get(number)
-            .ok_or("the template output holds an unknown section mark")?;
-        if mark_at > at {
-            last_byte = raw.as_bytes().get(mark_at - 1).copied();
+    for (offset, backend, text) in placed {
+        if offset > at {
+            last_byte = own.get(offset - 1).copied();
         }
-        parts.push(super::content::Part::Own(at..mark_at));
-        len += mark_at - at;
-        sections.push((*backend, len..len + text.len()));
+        parts.push(super::content::Part::Own(at..offset));
+        len += offset - at;
+        sections.push((backend, len..len + text.len()));
         len += text.len();
         last_byte = text.as_bytes().last().copied().or(last_byte);
-        parts.push(super::content::Part::Shared(text.clone().into()));
-        at = mark_at + MARK_LEN;
+        parts.push(super::content::Part::Shared(text.into()));
+        at = offset;
     }
-    if raw.len() > at {
-        last_byte = raw.as_bytes().last().copied();
+    if own.len() > at {
+        last_byte = own.last().copied();
     }
-    parts.push(super::content::Part::Own(at..raw.len()));
+    parts.push(super::content::Part::Own(at..own.len()));
     if last_byte != Some(b'\n') {
         parts.push(super::content::Part::Shared(b"\n".to_vec().into()));
     }
-    let cfg = super::Content::assemble(raw.into_bytes(), parts);
+    let cfg = super::Content::assemble(own, parts);
     let layout = (!scope.touched.load(Ordering::Relaxed)).then(|| Layout {
         cfg: cfg.clone(),
         sections,
@@ -715,44 +771,36 @@ pub(crate) fn to_value<T: serde::Serialize>(value: &T) -> Value {
     Value::from(minijinja::value::Serde(value))
 }
 
-const MARK_LEN: usize = 1 + 16 + 8 + 1;
-
-fn mark(nonce: u64, number: usize) -> String {
-    // Written by hand: a `format!` per section was a tenth of a render's instructions.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digit =
-        |v: u64, shift: u32| char::from(HEX[usize::try_from((v >> shift) & 0xf).unwrap_or(0)]);
-    let number = u64::try_from(number).unwrap_or(u64::MAX);
-    let mut out = String::with_capacity(MARK_LEN);
-    out.push('\0');
-    out.extend((0..16).rev().map(|i| digit(nonce, i * 4)));
-    out.extend((0..8).rev().map(|i| digit(number, i * 4)));
-    out.push('\0');
-    out
-}
-
-fn parse_mark(mark: &str, nonce: u64) -> Option<usize> {
-    let inner = mark.strip_prefix('\0')?.strip_suffix('\0')?;
-    let (n, number) = (inner.get(..16)?, inner.get(16..)?);
-    (u64::from_str_radix(n, 16).ok()? == nonce)
-        .then(|| usize::from_str_radix(number, 16).ok())
-        .flatten()
-}
-
-fn rand_nonce() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(0);
-    h.finish()
-}
-
-/// A printed section: the formatter prints its mark; any other use (a filter, a
-/// concatenation) gets the text and leaves the render without a layout.
+/// A section returned by `backend_section`: printed, it is its text (see [`Section::print`]);
+/// any other use (a filter, a concatenation) gets the text and leaves the render without a
+/// layout.
 #[derive(Debug)]
 pub(crate) struct Section {
-    pub mark: String,
+    /// Index of the backend in the model.
+    backend: usize,
     text: Arc<str>,
-    touched: Arc<AtomicBool>,
+    scope: Arc<Scope>,
+}
+
+impl Section {
+    /// Prints the section's text for the output guard. Printed into haproxy.cfg, the writer
+    /// takes it as a section with its place (see [`Joiner`]); printed into a captured block,
+    /// it is text like any other there, and the render has no layout.
+    pub(crate) fn print(&self, out: &mut minijinja::Output<'_>) -> std::fmt::Result {
+        let scope = &self.scope;
+        if let Ok(mut printed) = scope.printed.lock() {
+            *printed = Some((self.backend, self.text.clone()));
+            scope.printing.store(true, Ordering::Relaxed);
+        }
+        let written = out.write_str(&self.text);
+        if scope.printing.swap(false, Ordering::Relaxed) {
+            if let Ok(mut printed) = scope.printed.lock() {
+                *printed = None;
+            }
+            scope.touched.store(true, Ordering::Relaxed);
+        }
+        written
+    }
 }
 
 impl Object for Section {
@@ -761,7 +809,7 @@ impl Object for Section {
     }
 
     fn render(self: &Arc<Self>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.touched.store(true, Ordering::Relaxed);
+        self.scope.touched.store(true, Ordering::Relaxed);
         f.write_str(&self.text)
     }
 }
@@ -1047,10 +1095,9 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
     env.add_function(
         "backend_section",
         move |state: &State, backend: Value| -> Result<Value, Error> {
-            let scope = state.lookup(SCOPE_VAR);
-            let scope = scope
-                .as_ref()
-                .and_then(|s| s.downcast_object_ref::<Scope>());
+            let scope = state
+                .lookup(SCOPE_VAR)
+                .and_then(|s| s.downcast_object::<Scope>());
             let view = backend.downcast_object_ref::<BackendView>();
             let (Some(scope), Some(view)) = (scope, view) else {
                 // Not a backend of the model being rendered: render it as an include would.
@@ -1069,18 +1116,10 @@ pub(crate) fn register(env: &mut Environment<'static>, fragments: &Arc<Mutex<Fra
                 &state.lookup("files").unwrap_or_default(),
                 &view.backend,
             )?;
-            let number = {
-                let mut printed = scope
-                    .printed
-                    .lock()
-                    .map_err(|_| Error::new(minijinja::ErrorKind::InvalidOperation, "poisoned"))?;
-                printed.push((view.index, text.clone()));
-                printed.len() - 1
-            };
             Ok(Value::from_object(Section {
-                mark: mark(scope.nonce, number),
+                backend: view.index,
                 text,
-                touched: scope.touched.clone(),
+                scope,
             }))
         },
     );
@@ -1160,17 +1199,6 @@ mod tests {
                     .unwrap();
                 assert_eq!(got, want);
             }
-        }
-    }
-
-    #[test]
-    fn marks_are_what_they_were_and_parse_back() {
-        for (nonce, number) in [(0, 0), (u64::MAX, 0xffff_ffff), (0x0123_4567_89ab_cdef, 42)] {
-            let m = mark(nonce, number);
-            assert_eq!(m, format!("\0{nonce:016x}{number:08x}\0"));
-            assert_eq!(m.len(), MARK_LEN);
-            assert_eq!(parse_mark(&m, nonce), Some(number));
-            assert_eq!(parse_mark(&m, nonce ^ 1), None);
         }
     }
 }

@@ -431,14 +431,16 @@ impl Renderer {
             &files_value,
             self.workers,
         );
-        let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
-        let (cfg, layout) = fragments::finish_render(raw, &scope, &ctx).map_err(|message| {
-            RenderError::TemplateRender {
+        let mut out = fragments::Joiner::new(&scope);
+        template
+            .render_captured_to(&ctx, &mut out)
+            .map_err(|e| self.render_error(&e))?;
+        let (cfg, layout) =
+            fragments::finish_render(out, &ctx).map_err(|message| RenderError::TemplateRender {
                 file: self.template_file(ENTRY_TEMPLATE),
                 line: 0,
                 message: message.to_string(),
-            }
-        })?;
+            })?;
         if let Some(layout) = layout {
             self.remember_layout(layout);
         }
@@ -1147,8 +1149,8 @@ mod tests {
             .is_none()
     }
 
-    /// A NUL character in template text could pass for a section mark: refused, naming the
-    /// site file.
+    /// HAProxy refuses a configuration holding a NUL character ("Stray NUL character"): a
+    /// template that prints one is refused at render, naming the site file.
     #[test]
     fn a_nul_character_in_the_output_is_refused() {
         let site = tempfile::tempdir().unwrap();
@@ -1158,6 +1160,107 @@ mod tests {
         let err = renderer.render(&base).unwrap_err().to_string();
         assert!(err.contains("NUL"), "{err}");
         assert!(err.contains(&site.path().display().to_string()), "{err}");
+    }
+
+    /// A site entry template whose body is `body` with `SECTION` replaced by `section`.
+    fn entry_renderer(body: &str, section: &str) -> Renderer {
+        let site = tempfile::tempdir().unwrap();
+        std::fs::write(
+            site.path().join(ENTRY_TEMPLATE),
+            body.replace("SECTION", section),
+        )
+        .unwrap();
+        Renderer::load(Some(site.path())).unwrap()
+    }
+
+    /// A section printed into a captured block (a `{% set %}` block, a macro, a `{% call %}`
+    /// block, a filtered block) is its text there, as the include would print; the render is
+    /// then whole, and not patched.
+    #[test]
+    fn sections_printed_into_captured_blocks_are_their_text() {
+        let (_, base, moved) = synthetic_model_and_moved();
+        let body = "{% macro m(backend) %}SECTION{% endmacro %}\n\
+            {% macro wrap(b) %}{{ caller(b)|length }}{% endmacro %}\n\
+            {% for backend in model.backends %}\n\
+            {% set s %}SECTION{% endset %}\n\
+            # {{ s|length }} {{ m(backend)|length }} {% call(backend) wrap(backend) %}SECTION{% endcall %} \
+            {% filter length %}SECTION{% endfilter %}\n\
+            SECTION{% endfor %}\n";
+        let sections = entry_renderer(body, "{{ backend_section(backend) }}");
+        let included = entry_renderer(body, "{% include \"parts/backend.j2\" %}");
+        for model in [&base, &moved, &base] {
+            let cfg = sections.render(model).unwrap();
+            assert_eq!(cfg, included.render(model).unwrap());
+            let text = cfg.haproxy_cfg();
+            let counts: Vec<&str> = text.lines().filter(|l| l.starts_with("# ")).collect();
+            assert_eq!(counts.len(), model.backends.len());
+            for line in counts {
+                let n: Vec<&str> = line[2..].split(' ').collect();
+                assert!(
+                    n.iter()
+                        .all(|c| *c == n[0] && c.parse::<usize>().unwrap() > 0)
+                );
+            }
+            assert!(text.contains(&format!("backend {}\n", model.backends[3].name)));
+        }
+        assert!(declines(
+            &sections,
+            &base,
+            &sections.render(&base).unwrap(),
+            &moved
+        ));
+        // Captured only: the sections are in the captured text alone.
+        let captured = entry_renderer(
+            "{% for backend in model.backends %}{% set s %}SECTION{% endset %}\
+             # {{ s|length }}\n{% endfor %}",
+            "{{ backend_section(backend) }}",
+        );
+        let text = captured.render(&base).unwrap().haproxy_cfg().to_string();
+        assert_eq!(text.lines().count(), base.backends.len());
+        assert!(!text.contains("backend "));
+    }
+
+    /// A patched haproxy.cfg is the whole render of the new model, patch after patch, with
+    /// sections that grow, shrink, and are printed more than once.
+    #[test]
+    fn a_patched_render_is_the_whole_render() {
+        let (pipeline, base, _) = synthetic_model_and_moved();
+        let last = base.backends.len() - 1;
+        let edit = |m: &Model, i: usize, slots: &[(usize, &str)]| {
+            let mut m = m.clone();
+            let servers = &mut std::sync::Arc::make_mut(&mut m.backends[i]).servers;
+            for (slot, address) in slots {
+                let occupant = (!address.is_empty()).then(|| (address.to_string(), 8080));
+                std::sync::Arc::make_mut(servers).set(*slot, occupant);
+            }
+            m
+        };
+        let grown = edit(
+            &edit(&base, 0, &[(5, "10.1.0.5"), (9, "10.1.0.9")]),
+            last,
+            &[(7, "10.2.0.7")],
+        );
+        let shrunk = edit(
+            &edit(&grown, 0, &[(5, ""), (9, ""), (0, "")]),
+            3,
+            &[(1, "10.3.0.1")],
+        );
+        let twice = "{% for b in model.backends %}{% set s = backend_section(b) %}{{ s }}{{ s }}\
+                     {% endfor %}";
+        for renderer in [&pipeline.renderer, &entry_renderer(twice, "")] {
+            let fresh = Renderer::compile(renderer.templates().to_vec()).unwrap();
+            let mut previous = base.clone();
+            let mut rendered = renderer.render(&base).unwrap();
+            for model in [&grown, &shrunk, &base, &shrunk] {
+                rendered = renderer
+                    .render_patched(&previous, &rendered, model)
+                    .unwrap()
+                    .expect("a patch");
+                assert_eq!(rendered, fresh.render(model).unwrap());
+                previous = model.clone();
+            }
+            assert!(rendered.haproxy_cfg().contains("10.3.0.1:8080"));
+        }
     }
 
     #[test]
