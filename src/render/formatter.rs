@@ -28,7 +28,7 @@ fn first_forbidden(s: &str) -> Option<char> {
 /// The formatter installed in the environment.
 pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
     // A backend section prints as its text, which haproxy.cfg's writer places by itself.
-    if let Some(section) = value.downcast_object_ref::<super::fragments::Section>() {
+    if let Some(section) = value.downcast_object_ref::<super::sections::Section>() {
         return section.print(out).map_err(write_error);
     }
     match value.kind() {

@@ -7,7 +7,9 @@
 mod bundled;
 mod content;
 pub mod formatter;
-mod fragments;
+mod section_cache;
+mod sections;
+mod views;
 
 pub use content::Content;
 use content::Shared;
@@ -217,11 +219,12 @@ pub struct Renderer {
     /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
     /// its model.
     last_config: std::sync::Mutex<Option<(u128, Content)>>,
-    /// Backend sections rendered by `backend_section` (see [`fragments`]).
-    fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
+    /// Backend sections remembered across renders (see [`section_cache`]).
+    sections: std::sync::Arc<section_cache::SectionCache>,
     /// Where the sections sit in the last renderings, for [`Renderer::render_patched`].
-    layouts: std::sync::Mutex<std::collections::VecDeque<fragments::Layout>>,
-    /// Threads that render sections ahead of a full render (see [`fragments::render_ahead`]).
+    layouts: std::sync::Mutex<std::collections::VecDeque<sections::Layout>>,
+    /// Threads that render sections ahead of a full render (see
+    /// [`section_cache::SectionCache::render_ahead`]).
     workers: crate::parallel::Workers,
 }
 
@@ -246,8 +249,8 @@ impl Renderer {
             env.set_syntax(config);
         }
         formatter::register(&mut env);
-        let fragments = std::sync::Arc::default();
-        fragments::register(&mut env, &fragments);
+        let sections = std::sync::Arc::default();
+        sections::register(&mut env, &sections);
         let mut errors = Vec::new();
         for file in &files {
             if let Err(e) = env.add_template_owned(file.name.clone(), file.text.clone()) {
@@ -270,7 +273,7 @@ impl Renderer {
                 env,
                 templates: files,
                 last_config: std::sync::Mutex::new(None),
-                fragments,
+                sections,
                 layouts: std::sync::Mutex::default(),
                 workers: crate::parallel::Workers::default(),
             })
@@ -297,7 +300,7 @@ impl Renderer {
 
     /// How many backend sections this renderer rendered rather than took from memory.
     pub fn sections_rendered(&self) -> u64 {
-        self.fragments.lock().map_or(0, |f| f.rendered_sections())
+        self.sections.rendered_sections()
     }
 
     /// The effective template files.
@@ -355,7 +358,7 @@ impl Renderer {
             .map_or_else(|| name.to_string(), |t| t.display_name("templates"))
     }
 
-    fn remember_layout(&self, layout: fragments::Layout) {
+    fn remember_layout(&self, layout: sections::Layout) {
         if let Ok(mut layouts) = self.layouts.lock() {
             // The planner's blanked render comes between two real ones.
             if layouts.len() == 3 {
@@ -369,7 +372,7 @@ impl Renderer {
     /// `previous`) by rendering again only the backend sections that differ, when `model`
     /// has the same backends by name and differs otherwise only in fields no template read
     /// (a new path changes the map files alone), and the templates allow it (see
-    /// [`fragments`]). The other files are made again where their inputs changed. `None`
+    /// [`sections`]). The other files are made again where their inputs changed. `None`
     /// when a patch cannot give the result: render in full then. The result is what
     /// [`Renderer::render`] gives for `model`.
     pub fn render_patched(
@@ -389,7 +392,7 @@ impl Renderer {
         let Some(layout) = layout else {
             return Ok(None);
         };
-        let patched = fragments::patch(&self.env, &self.fragments, &layout, previous, model)
+        let patched = sections::patch(&self.env, &self.sections, &layout, previous, model)
             .map_err(|e| self.render_error(&e))?;
         let Some(layout) = patched else {
             return Ok(None);
@@ -422,21 +425,16 @@ impl Renderer {
             .env
             .get_template(ENTRY_TEMPLATE)
             .map_err(|e| self.render_error(&e))?;
-        let files_value = fragments::to_value(&FILES);
-        let (ctx, scope) = fragments::begin_render(&self.fragments, model, files_value.clone());
-        fragments::render_ahead(
-            &self.env,
-            &self.fragments,
-            model,
-            &files_value,
-            self.workers,
-        );
-        let mut out = fragments::Joiner::new(&scope);
+        let files_value = views::to_value(&FILES);
+        let (ctx, scope) = sections::begin_render(&self.sections, model, files_value.clone());
+        self.sections
+            .render_ahead(&self.env, model, &files_value, self.workers);
+        let mut out = sections::Joiner::new(&scope);
         template
             .render_captured_to(&ctx, &mut out)
             .map_err(|e| self.render_error(&e))?;
         let (cfg, layout) =
-            fragments::finish_render(out, &ctx).map_err(|message| RenderError::TemplateRender {
+            sections::finish_render(out, &ctx).map_err(|message| RenderError::TemplateRender {
                 file: self.template_file(ENTRY_TEMPLATE),
                 line: 0,
                 message: message.to_string(),
