@@ -426,7 +426,8 @@ impl Renderer {
             .get_template(ENTRY_TEMPLATE)
             .map_err(|e| self.render_error(&e))?;
         let files_value = views::to_value(&FILES);
-        let (ctx, scope) = sections::begin_render(&self.sections, model, files_value.clone());
+        self.sections.begin();
+        let (ctx, scope) = sections::begin_render(model, files_value.clone());
         self.sections
             .render_ahead(&self.env, model, &files_value, self.workers);
         let mut out = sections::Joiner::new(&scope);

@@ -210,12 +210,7 @@ pub(crate) struct Layout {
 }
 
 /// Starts a render of `model`: the context templates get, and the scope to finish it with.
-pub(crate) fn begin_render(
-    cache: &SectionCache,
-    model: &Model,
-    files: Value,
-) -> (Value, Arc<Scope>) {
-    cache.begin();
+pub(crate) fn begin_render(model: &Model, files: Value) -> (Value, Arc<Scope>) {
     let touched = Arc::new(AtomicBool::new(false));
     let scope = Arc::new(Scope {
         touched: touched.clone(),
