@@ -94,9 +94,9 @@ use std::time::{Duration, Instant};
 mod support;
 use support::{env_list, env_num, free_port, get, loopback_run};
 
-use portcullis::demo::{EchoServer, spawn_echo};
 use portcullis::objects::{Key, Kind, Object};
 use portcullis::synth::{self, SynthConfig, TlsPem};
+use portcullis::tools::demo::{EchoServer, spawn_echo};
 use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 

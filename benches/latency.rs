@@ -112,7 +112,7 @@ fn main() {
     let spawn = |name: String| {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         runtime
-            .block_on(portcullis::demo::spawn_echo(name, addr))
+            .block_on(portcullis::tools::demo::spawn_echo(name, addr))
             .unwrap()
     };
     let mut servers: Vec<_> = (0..3).map(|i| spawn(format!("pod-{i}"))).collect();
@@ -125,7 +125,8 @@ fn main() {
     let dir: PathBuf = work.path().join("m");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("bench.yaml");
-    let addrs = |s: &[portcullis::demo::EchoServer]| s.iter().map(|e| e.addr).collect::<Vec<_>>();
+    let addrs =
+        |s: &[portcullis::tools::demo::EchoServer]| s.iter().map(|e| e.addr).collect::<Vec<_>>();
     write_atomic(&file, &manifests(&addrs(&servers), api.addr, 1));
 
     let (http, https, admin) = (free_port(), free_port(), free_port());

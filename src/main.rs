@@ -154,8 +154,8 @@ fn site_test(args: &portcullis::cli::TestArgs) -> ExitCode {
     let Some(base) = matches.subcommand_matches("test") else {
         return ExitCode::from(2);
     };
-    let each = |case: &portcullis::sitetest::CaseResult| print_out(&case.report());
-    match portcullis::sitetest::run(&args.dir, base, each) {
+    let each = |case: &portcullis::tools::sitetest::CaseResult| print_out(&case.report());
+    match portcullis::tools::sitetest::run(&args.dir, base, each) {
         Ok(summary) => {
             println_out(&summary.to_string());
             if summary.failed == 0 {
@@ -269,7 +269,7 @@ fn block_on(fut: impl std::future::Future<Output = Result<(), RunError>>) -> Exi
 /// The quickstart: echo servers for the example's loopback endpoints, then `run`.
 async fn demo(args: DemoArgs) -> Result<(), RunError> {
     let loaded = files::load_dir(&args.manifests)?;
-    let backends = portcullis::demo::spawn_demo_backends(&loaded.objects)
+    let backends = portcullis::tools::demo::spawn_demo_backends(&loaded.objects)
         .await
         .map_err(RunError::DemoBackends)?;
     let work = std::env::temp_dir().join(format!("portcullis-demo-{}", std::process::id()));

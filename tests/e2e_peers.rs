@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use portcullis::demo::{EchoServer, spawn_echo};
+use portcullis::tools::demo::{EchoServer, spawn_echo};
 use support::{
     APPLY_TIMEOUT, Answer, Proc, START_TIMEOUT, free_port, holds_for, http_get, ingress, log_tail,
     parse_show_proc, poll, route, service, socket_command, stop_run, wait_until, with_metadata,

@@ -7,7 +7,7 @@
 //! after a successful reload of a configuration that no longer names them.
 
 pub mod files;
-pub mod plan;
+pub use portcullis_core::plan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -16,8 +16,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{Notify, mpsc};
 
 use crate::diagnostics::{Diagnostic, Severity, Subject};
+use crate::objects::SERVICE_NAME_LABEL;
 use crate::objects::{Key, Kind, Object, ObjectRef};
-use crate::store::{SERVICE_NAME_LABEL, Store};
+use crate::store::Store;
 
 use super::connect::{error_chain, is_permanent_status};
 

@@ -2,5 +2,5 @@
 //! client with timeouts ([`client`]), and the master-worker process ([`process`]).
 
 pub mod client;
-pub mod command;
+pub use portcullis_core::plan::command;
 pub mod process;

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use portcullis::demo::{EchoServer, spawn_echo};
+use portcullis::tools::demo::{EchoServer, spawn_echo};
 
 /// How long `portcullis run` may take to serve its first configuration (HAProxy start included),
 /// with room for a busy 2-core machine running the tests in parallel.

@@ -387,7 +387,7 @@ mod tests {
         let slice = Object::from_value(serde_json::json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": "web-1", "namespace": "ns",
-                         "labels": {crate::store::SERVICE_NAME_LABEL: "web"}},
+                         "labels": {crate::objects::SERVICE_NAME_LABEL: "web"}},
             "addressType": address_type,
             "endpoints": listed,
             "ports": [{"name": "http", "port": 8080}]
@@ -559,7 +559,7 @@ mod tests {
         let slice = Object::from_value(serde_json::json!({
             "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
             "metadata": {"name": "web-1", "namespace": "ns",
-                         "labels": {crate::store::SERVICE_NAME_LABEL: "web"}},
+                         "labels": {crate::objects::SERVICE_NAME_LABEL: "web"}},
             "addressType": "IPv4",
             "endpoints": [{"addresses": ["127.0.0.1"]}, {"addresses": ["169.254.169.254"]},
                           {"addresses": ["10.0.0.9"]}, {"addresses": ["10.0.0.1"]}],

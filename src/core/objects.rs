@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 mod endpoint_slice;
 mod service;
 
-pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice};
+pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice, SERVICE_NAME_LABEL};
 pub use service::{LoadBalancerAddress, Service, ServicePort};
 
 /// API group and version of the TCP custom resource (shared with the incumbent controller).

@@ -29,7 +29,7 @@ const LOCAL_NAMES: &[&str] = &[
 ];
 
 /// What the controller's resolver answered, for each ExternalName Service's name, before a
-/// run (see [`crate::external_names`]): the addresses, or why there are none. Resolution is IO,
+/// run (see the controller's `external_names`): the addresses, or why there are none. Resolution is IO,
 /// so it happens at the edge and comes in as input; translation refuses a name any of whose
 /// addresses is local and renders the addresses, so HAProxy never resolves a tenant's name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

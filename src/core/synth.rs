@@ -361,8 +361,8 @@ mod tests {
 
     fn tls() -> TlsPem {
         TlsPem {
-            cert: include_str!("../tests/fixtures/tls/ec.crt").to_string(),
-            key: include_str!("../tests/fixtures/tls/ec.key").to_string(),
+            cert: include_str!("../../tests/fixtures/tls/ec.crt").to_string(),
+            key: include_str!("../../tests/fixtures/tls/ec.key").to_string(),
         }
     }
 

@@ -322,7 +322,7 @@ mod tests {
 
     macro_rules! fixture {
         ($name:literal) => {
-            include_str!(concat!("../../tests/fixtures/tls/", $name))
+            include_str!(concat!("../../../tests/fixtures/tls/", $name))
         };
     }
 

@@ -6,12 +6,14 @@
 //! the runtime-changeable parts blanked out: if those renderings differ, the change is
 //! structural.
 
+pub mod command;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::haproxy::command::{Command, ServerState};
 use crate::model::{Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
+use crate::plan::command::{Command, ServerState};
 use crate::render::{
     CRT_LIST, Content, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };

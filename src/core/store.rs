@@ -18,9 +18,6 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
 use crate::objects::{EndpointSlice, Key, Kind, Object, Service, Tcp};
 
-/// The label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
 /// An immutable view of the store.
 pub type Snapshot = Arc<Store>;
 
@@ -456,7 +453,7 @@ pub(crate) fn test_slice(name: &str, service: &str, addresses: &[&str]) -> Objec
     let slice = serde_json::json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": name, "namespace": "ns",
-                     "labels": {SERVICE_NAME_LABEL: service}},
+                     "labels": {crate::objects::SERVICE_NAME_LABEL: service}},
         "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": endpoints
     });
     Object::from_value(slice).expect("a valid EndpointSlice")

@@ -14,7 +14,8 @@ use std::net::IpAddr;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::store::SERVICE_NAME_LABEL;
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// An EndpointSlice (`discovery.k8s.io/v1`).
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,7 @@
+//! Tools built on the controller rather than parts of it. The third, the seeded synthetic
+//! cluster of the benchmarks and tests, is pure and lives in the core (`synth`).
+
+/// `portcullis demo`: echo servers standing in for the quickstart's pods.
+pub mod demo;
+/// `portcullis test`: a site author's test kit for scripts and templates.
+pub mod sitetest;
