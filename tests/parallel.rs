@@ -12,7 +12,9 @@ use portcullis::policy::PolicyEngine;
 use portcullis::source::files::load_dir;
 use portcullis::store::Store;
 use portcullis::synth::{self, SynthConfig, TlsPem};
-use portcullis::translate::TranslateConfig;
+use portcullis::translate::memo::Memo;
+use portcullis::translate::parts::Carried;
+use portcullis::translate::{RunInputs, TranslateConfig, translate};
 
 #[path = "support/golden.rs"]
 mod golden;
@@ -94,10 +96,18 @@ fn workers_give_what_one_thread_gives_when_the_run_budget_runs_out() {
     };
     let synth_config = tls_synth(3, 120);
     let store = Store::from_objects(synth::generate(&synth_config).unwrap().objects);
-    // What a whole run uses, counted on this thread (workers' operations are charged here).
-    let counter = Pipeline::load(None, None, with_workers(&config, 1)).unwrap();
-    counter.run(&store).unwrap();
-    let whole = counter.policy.account().operations;
+    // What a whole run's hooks use.
+    let whole = translate(
+        &store,
+        &with_workers(&config, 1),
+        &PolicyEngine::load(None).unwrap(),
+        &RunInputs::default(),
+        &Memo::default(),
+        None,
+        Carried::default(),
+    )
+    .budget
+    .spent();
     assert!(whole > 1000, "{whole}");
     // Out among the Ingresses, and among the backends (assembled after them).
     for (budget, out_at) in [(whole / 2, "route()"), (whole - whole / 20, "backend()")] {

@@ -1,19 +1,23 @@
-//! The `ctx` object a hook receives: typed, validating access to annotations.
+//! What a hook reads: the [`HookContext`] of the object it evaluates (plain data), and the
+//! `ctx` object a script's call receives, with typed, validating access to it.
 //!
 //! A hook never sees a raw annotation string. Each accessor parses the value with a parser
-//! from [`crate::values`]; a bad value is recorded as a diagnostic naming the object and the
-//! annotation, and the lookup falls through to the next source (as if the bad value were not
-//! there). When no source has a valid value, the accessor returns `()`. Through
+//! from [`crate::values`]; a bad value is reported naming the object and the annotation, and
+//! the lookup falls through to the next source (as if the bad value were not there). When no
+//! source has a valid value, the accessor returns `()`. Through
 //! `ctx.fail_closed(consequence)` the first value found decides instead: a bad one is reported
 //! with the consequence and the accessor returns `()`, for settings that guard access.
+//!
+//! A call's `ctx` logs every read it makes ([`ReadKey`], answered by [`ReadValue`]) and every
+//! report, relative to the context (which source, or the subject): a hook is a function of
+//! what it reads, so another context that answers the same reads gets the same result, and
+//! the reports name that context's objects ([`HookContext::answer`], [`HookContext::resolve`]).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
-use super::memo::{Derive, ReadKey, ReadValue, Report, SubjectPart, Target, Trace};
 use crate::diagnostics::{Diagnostic, Severity, Subject, quoted};
 use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
@@ -118,42 +122,113 @@ impl ValueSource {
     }
 }
 
-/// The hook's view of the object it is evaluating.
+/// What a hook reads about the object it is evaluating: plain data, shared by its clones.
 #[derive(Debug, Clone)]
 pub struct HookContext {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Inner {
     subject: ObjectRef,
     sources: Vec<ValueSource>,
     /// Extra read-only facts for the hook, e.g. `host` and `path` for a route.
     facts: BTreeMap<&'static str, String>,
-    /// Shared with contexts derived by `without`, so their reports reach the hook's caller.
-    diagnostics: Arc<Mutex<Vec<Diagnostic>>>,
-    script: Arc<Mutex<String>>,
     snippets: SnippetPolicy,
     /// For a route hook: the annotations of the Service the path routes to, which
     /// `ctx.service()` reads.
     service: Option<ValueSource>,
-    /// How this context derives from the hook's own (empty for the hook's own).
-    view: Vec<Derive>,
-    /// Shared with derived contexts: what the running hook call read and reported, while
-    /// [`super::memo`] records it.
-    trace: Arc<Mutex<Option<Trace>>>,
-    /// Shared with derived contexts: whether a fact was read (by a script or a replay)
-    /// since [`HookContext::forget_facts_read`]. A hook run that read none gives the same
-    /// result for any facts (see [`super::memo::WholeRuns`]).
-    facts_read: Arc<AtomicBool>,
-    /// Set by `ctx.fail_closed(consequence)`: the first value found decides, and a bad one is
-    /// reported with this consequence instead of being skipped.
-    closed: Option<Arc<str>>,
 }
 
-/// A context's subject and sources, borrowed, and those of the contexts derived from it
-/// (`ctx.service()`, `ctx.without(kind)`): what [`HookContext::service_context`] and
-/// [`HookContext::without_kind`] would hold, without building them.
+/// A context derived from the hook's own: `ctx.service()`, `ctx.without(kind)` or
+/// `ctx.fail_closed(consequence)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Derive {
+    Service,
+    Without(String),
+    /// The same sources; a bad value is not skipped but reported with this consequence.
+    FailClosed(String),
+}
+
+/// One read a hook made, relative to its context.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadKey {
+    /// Every value under `names` (with aliases and prefixes) in the view's sources.
+    Lookup {
+        view: Vec<Derive>,
+        names: Vec<String>,
+    },
+    /// The same, in the view's sources of one kind only (`ctx.ignore_on`).
+    LookupKind {
+        view: Vec<Derive>,
+        kind: String,
+        names: Vec<String>,
+    },
+    /// `ctx.fact(name)`.
+    Fact(String),
+    /// The view's subject: `kind`, `namespace` or `name`.
+    Subject {
+        view: Vec<Derive>,
+        part: SubjectPart,
+    },
+    /// Whether the view exists (`ctx.service()` is `()` without a Service).
+    Exists(Vec<Derive>),
+    /// Who may write config snippets.
+    SnippetPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SubjectPart {
+    Kind,
+    Namespace,
+    Name,
+}
+
+/// What a read answered.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReadValue {
+    /// (source index in the view, raw value, how messages name it), in precedence order.
+    Found(Vec<(usize, String, String)>),
+    Text(Option<String>),
+    Flag(bool),
+}
+
+/// Whom a report is about, relative to the context it was made in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The view's source at this index.
+    Source(usize),
+    /// The view's subject.
+    Subject,
+}
+
+/// A report an accessor made (bad value, `ctx.warn`, ignored setting).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub view: Vec<Derive>,
+    pub target: Target,
+    pub severity: Severity,
+    pub field: String,
+    pub message: String,
+}
+
+/// What one call read and reported, in order.
+#[derive(Debug, Default)]
+pub struct Log {
+    pub reads: Vec<(ReadKey, ReadValue)>,
+    pub reports: Vec<Report>,
+}
+
+impl Log {
+    /// Whether the call read a fact (a result that holds for other facts only if not).
+    pub fn read_facts(&self) -> bool {
+        self.reads
+            .iter()
+            .any(|(k, _)| matches!(k, ReadKey::Fact(_)))
+    }
+}
+
+/// A context's subject and sources, borrowed, as a chain of [`Derive`] steps sees them.
 struct View<'a> {
     subject: &'a ObjectRef,
     sources: &'a [ValueSource],
@@ -184,15 +259,18 @@ impl<'a> View<'a> {
         Some(self)
     }
 
+    /// The view's sources, in precedence order.
+    fn sources(&self) -> impl Iterator<Item = &'a ValueSource> + '_ {
+        self.sources
+            .iter()
+            .filter(|s| !self.without.contains(&s.object.kind.as_str()))
+    }
+
     /// Every value under `names` in the view's sources (of `kind` only, if given), in
     /// precedence order: (source index in the view, raw value, how to name it).
     fn found(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &'a str, String)> {
         let mut out = Vec::new();
-        let sources = self
-            .sources
-            .iter()
-            .filter(|s| !self.without.contains(&s.object.kind.as_str()));
-        for (i, source) in sources.enumerate() {
+        for (i, source) in self.sources().enumerate() {
             if kind.is_some_and(|k| source.object.kind.as_str() != k) {
                 continue;
             }
@@ -212,11 +290,11 @@ fn subject_part(subject: &ObjectRef, part: SubjectPart) -> String {
     }
 }
 
-/// Owned copies of [`HookContext::found`]'s answers, for a trace.
-fn owned(found: Vec<(usize, &str, String)>) -> Vec<(usize, String, String)> {
+/// Owned copies of [`View::found`]'s answers, for a log.
+fn owned(found: &[(usize, &str, String)]) -> Vec<(usize, String, String)> {
     found
-        .into_iter()
-        .map(|(i, raw, field)| (i, raw.to_string(), field))
+        .iter()
+        .map(|(i, raw, field)| (*i, raw.to_string(), field.clone()))
         .collect()
 }
 
@@ -236,56 +314,29 @@ impl HookContext {
                 subject,
                 sources,
                 facts,
-                diagnostics: Arc::new(Mutex::new(Vec::new())),
-                script: Arc::new(Mutex::new(String::new())),
                 snippets: SnippetPolicy::default(),
                 service: None,
-                view: Vec::new(),
-                trace: Arc::new(Mutex::new(None)),
-                facts_read: Arc::new(AtomicBool::new(false)),
-                closed: None,
             }),
         }
     }
 
     /// Sets who may write config snippets (none by default).
     pub fn with_snippets(mut self, policy: SnippetPolicy) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => inner.snippets = policy,
-            None => {
-                let i = &self.inner;
-                self.inner = Arc::new(Inner {
-                    subject: i.subject.clone(),
-                    sources: i.sources.clone(),
-                    facts: i.facts.clone(),
-                    diagnostics: i.diagnostics.clone(),
-                    script: i.script.clone(),
-                    snippets: policy,
-                    service: i.service.clone(),
-                    view: i.view.clone(),
-                    trace: i.trace.clone(),
-                    facts_read: i.facts_read.clone(),
-                    closed: i.closed.clone(),
-                });
-            }
-        }
+        Arc::make_mut(&mut self.inner).snippets = policy;
         self
     }
 
     /// Gives a route hook the annotations of the Service its path routes to, for
-    /// `ctx.service()`. Only on a context nothing else holds yet (a fresh one).
+    /// `ctx.service()`.
     pub fn with_service(mut self, service: ValueSource) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.service = Some(service);
-        }
+        Arc::make_mut(&mut self.inner).service = Some(service);
         self
     }
 
     /// Feeds everything hooks can read through this context but the facts into `state`: the
     /// subject, every source (object, kind of keys, values), the Service's, the snippet
-    /// policy; [`Self::hash_facts`] feeds the facts.
-    /// Contexts that feed the same give every hook the same result (see
-    /// [`super::memo::WholeRuns`]).
+    /// policy; [`Self::hash_facts`] feeds the facts. Contexts that feed the same give every
+    /// hook the same result.
     pub fn hash_inputs(&self, state: &mut impl std::hash::Hasher) {
         use std::hash::Hash;
         let i = &self.inner;
@@ -305,99 +356,8 @@ impl HookContext {
         std::hash::Hash::hash(&self.inner.facts, state);
     }
 
-    /// Whether a fact was read since [`Self::forget_facts_read`], here or in a context
-    /// derived from this one.
-    pub(crate) fn facts_read(&self) -> bool {
-        self.inner.facts_read.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn forget_facts_read(&self) {
-        self.inner.facts_read.store(false, Ordering::Relaxed);
-    }
-
     pub fn subject(&self) -> &ObjectRef {
         &self.inner.subject
-    }
-
-    /// Names the script being run, for `ctx.warn` messages.
-    pub(crate) fn set_script(&self, name: &str) {
-        // Called per script and object: the buffer is reused rather than allocated anew.
-        if let Ok(mut s) = self.inner.script.lock() {
-            s.clear();
-            s.push_str(name);
-        }
-    }
-
-    /// The diagnostics recorded by accessors so far.
-    pub fn take_diagnostics(&self) -> Vec<Diagnostic> {
-        self.inner
-            .diagnostics
-            .lock()
-            .map(|mut d| std::mem::take(&mut *d))
-            .unwrap_or_default()
-    }
-
-    /// Starts recording what hook calls read and report (see [`super::memo`]).
-    pub(crate) fn begin_trace(&self) {
-        if let Ok(mut t) = self.inner.trace.lock() {
-            *t = Some(Trace::default());
-        }
-    }
-
-    /// Stops recording; what was recorded since [`Self::begin_trace`].
-    pub(crate) fn end_trace(&self) -> Option<Trace> {
-        self.inner.trace.lock().ok().and_then(|mut t| t.take())
-    }
-
-    fn note(&self, read: impl FnOnce() -> (ReadKey, ReadValue)) {
-        if let Ok(mut t) = self.inner.trace.lock() {
-            if let Some(trace) = t.as_mut() {
-                trace.reads.push(read());
-            }
-        }
-    }
-
-    /// The context `view` leads to from this one; `None` when it does not exist here (no
-    /// Service for `ctx.service()`).
-    fn derive(&self, view: &[Derive]) -> Option<HookContext> {
-        let mut ctx = self.clone();
-        for step in view {
-            ctx = match step {
-                Derive::Service => ctx.service_context()?,
-                Derive::Without(kind) => ctx.without_kind(kind),
-                Derive::FailClosed(consequence) => ctx.fail_closed_on(consequence),
-            };
-        }
-        Some(ctx)
-    }
-
-    /// What `key` reads in this context: the answer a hook call would get. Answered from a
-    /// borrowed [`View`] of the derived context rather than a built one: the memo replays a
-    /// read per script and route, and building contexts was most of its cost.
-    pub(crate) fn replay(&self, key: &ReadKey) -> ReadValue {
-        let view = match key {
-            ReadKey::Lookup { view, .. }
-            | ReadKey::LookupKind { view, .. }
-            | ReadKey::Subject { view, .. }
-            | ReadKey::Exists(view) => view.as_slice(),
-            ReadKey::Fact(_) | ReadKey::SnippetPolicy => &[],
-        };
-        let Some(v) = self.view().derive(view) else {
-            return ReadValue::Flag(false);
-        };
-        match key {
-            ReadKey::Lookup { names, .. } => ReadValue::Found(owned(v.found(names, None))),
-            ReadKey::LookupKind { kind, names, .. } => {
-                ReadValue::Found(owned(v.found(names, Some(kind))))
-            }
-            ReadKey::Fact(name) => {
-                self.inner.facts_read.store(true, Ordering::Relaxed);
-                ReadValue::Text(self.inner.facts.get(name.as_str()).cloned())
-            }
-            ReadKey::Subject { part, .. } => ReadValue::Text(Some(subject_part(v.subject, *part))),
-            ReadKey::Exists(_) => ReadValue::Flag(true),
-            ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", self.inner.snippets))),
-        }
     }
 
     /// This context's sources and subject, borrowed.
@@ -410,13 +370,37 @@ impl HookContext {
         }
     }
 
+    /// What `key` reads in this context: the answer a call would get.
+    pub fn answer(&self, key: &ReadKey) -> ReadValue {
+        let view = match key {
+            ReadKey::Lookup { view, .. }
+            | ReadKey::LookupKind { view, .. }
+            | ReadKey::Subject { view, .. }
+            | ReadKey::Exists(view) => view.as_slice(),
+            ReadKey::Fact(_) | ReadKey::SnippetPolicy => &[],
+        };
+        let Some(v) = self.view().derive(view) else {
+            return ReadValue::Flag(false);
+        };
+        match key {
+            ReadKey::Lookup { names, .. } => ReadValue::Found(owned(&v.found(names, None))),
+            ReadKey::LookupKind { kind, names, .. } => {
+                ReadValue::Found(owned(&v.found(names, Some(kind))))
+            }
+            ReadKey::Fact(name) => ReadValue::Text(self.inner.facts.get(name.as_str()).cloned()),
+            ReadKey::Subject { part, .. } => ReadValue::Text(Some(subject_part(v.subject, *part))),
+            ReadKey::Exists(_) => ReadValue::Flag(true),
+            ReadKey::SnippetPolicy => ReadValue::Text(Some(format!("{:?}", self.inner.snippets))),
+        }
+    }
+
     /// Names a report made in some context (relative to this one) against this context's
     /// objects.
-    pub(crate) fn resolve(&self, report: &Report) -> Option<Diagnostic> {
-        let ctx = self.derive(&report.view)?;
+    pub fn resolve(&self, report: &Report) -> Option<Diagnostic> {
+        let view = self.view().derive(&report.view)?;
         let object = match report.target {
-            Target::Source(i) => ctx.inner.sources.get(i)?.object.clone(),
-            Target::Subject => ctx.inner.subject.clone(),
+            Target::Source(i) => view.sources().nth(i)?.object.clone(),
+            Target::Subject => view.subject.clone(),
         };
         Some(Diagnostic {
             severity: report.severity,
@@ -425,14 +409,63 @@ impl HookContext {
             message: report.message.clone(),
         })
     }
+}
+
+/// The `ctx` a script's call receives: the hook's context as `view` sees it, and the log its
+/// reads and reports go to, shared with the contexts derived from it.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    context: HookContext,
+    view: Vec<Derive>,
+    /// Set by `ctx.fail_closed(consequence)`: the first value found decides, and a bad one is
+    /// reported with this consequence instead of being skipped.
+    closed: Option<Arc<str>>,
+    /// The script being run, for `ctx.warn` messages.
+    script: Arc<str>,
+    log: Arc<Mutex<Log>>,
+}
+
+impl Ctx {
+    /// The `ctx` of a call of `script` on `context`.
+    pub fn new(context: &HookContext, script: &str) -> Self {
+        Self {
+            context: context.clone(),
+            view: Vec::new(),
+            closed: None,
+            script: script.into(),
+            log: Arc::default(),
+        }
+    }
+
+    /// What the call read and reported so far (a call that panicked keeps what it logged).
+    pub fn take_log(&self) -> Log {
+        std::mem::take(&mut *self.log.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn note(&self, read: impl FnOnce() -> (ReadKey, ReadValue)) {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reads
+            .push(read());
+    }
+
+    /// The context as this `ctx` sees it; only a Service's view can be missing, and a
+    /// `ctx` for it is only made when it is there.
+    fn here(&self) -> Option<View<'_>> {
+        self.context.view().derive(&self.view)
+    }
 
     /// The subject's `part`, as a read.
     fn read_subject(&self, part: SubjectPart) -> String {
-        let value = subject_part(&self.inner.subject, part);
+        let value = self
+            .here()
+            .map(|v| subject_part(v.subject, part))
+            .unwrap_or_default();
         self.note(|| {
             (
                 ReadKey::Subject {
-                    view: self.inner.view.clone(),
+                    view: self.view.clone(),
                     part,
                 },
                 ReadValue::Text(Some(value.clone())),
@@ -441,17 +474,15 @@ impl HookContext {
         value
     }
 
-    /// Every value under `names` in this context's sources (of `kind` only, if given), in
-    /// precedence order: (source index, raw value, how to name it).
-    fn found(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &str, String)> {
-        self.view().found(names, kind)
-    }
-
-    /// [`Self::found`], as a read.
+    /// Every value under `names` in this view's sources (of `kind` only, if given), in
+    /// precedence order: (source index, raw value, how to name it), as a read.
     fn read(&self, names: &[String], kind: Option<&str>) -> Vec<(usize, &str, String)> {
-        let found = self.found(names, kind);
+        let found = self
+            .here()
+            .map(|v| v.found(names, kind))
+            .unwrap_or_default();
         self.note(|| {
-            let view = self.inner.view.clone();
+            let view = self.view.clone();
             let names = names.to_vec();
             let key = match kind {
                 Some(kind) => ReadKey::LookupKind {
@@ -461,37 +492,39 @@ impl HookContext {
                 },
                 None => ReadKey::Lookup { view, names },
             };
-            (key, ReadValue::Found(owned(found.clone())))
+            (key, ReadValue::Found(owned(&found)))
         });
         found
     }
 
     fn record(&self, severity: Severity, target: Target, field: String, message: String) {
-        let object = match target {
-            Target::Source(i) => match self.inner.sources.get(i) {
-                Some(s) => s.object.clone(),
-                None => return,
-            },
-            Target::Subject => self.inner.subject.clone(),
-        };
-        if let Ok(mut t) = self.inner.trace.lock() {
-            if let Some(trace) = t.as_mut() {
-                trace.reports.push(Report {
-                    view: self.inner.view.clone(),
-                    target,
-                    severity,
-                    field: field.clone(),
-                    message: message.clone(),
-                });
-            }
-        }
-        if let Ok(mut d) = self.inner.diagnostics.lock() {
-            d.push(Diagnostic {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .reports
+            .push(Report {
+                view: self.view.clone(),
+                target,
                 severity,
-                subject: Subject::Object(object),
-                field: Some(field),
+                field,
                 message,
             });
+    }
+
+    /// A context derived from this one by `step`, logging to the same place.
+    fn derived(&self, step: Derive) -> Ctx {
+        let mut view = self.view.clone();
+        let closed = match &step {
+            Derive::FailClosed(consequence) => Some(consequence.as_str().into()),
+            _ => self.closed.clone(),
+        };
+        view.push(step);
+        Ctx {
+            context: self.context.clone(),
+            view,
+            closed,
+            script: self.script.clone(),
+            log: self.log.clone(),
         }
     }
 
@@ -501,7 +534,7 @@ impl HookContext {
     /// prefix) counts, and when it has none its bad values are reported with the
     /// consequence and nothing is returned (no other object stands in).
     fn typed<T>(&self, names: &[String], parse: impl Fn(&str) -> ParseResult<T>) -> Option<T> {
-        if let Some(consequence) = &self.inner.closed {
+        if let Some(consequence) = &self.closed {
             let found = self.read(names, None);
             let first = found.first()?.0;
             let mut bad = Vec::new();
@@ -548,7 +581,7 @@ impl HookContext {
     /// the administrator's policy; refused ones are reported like any bad value.
     fn get_snippet(&mut self, name: Dynamic) -> Dynamic {
         let names = names(name);
-        let policy = self.inner.snippets;
+        let policy = self.context.inner.snippets;
         // The section comes from the name (`global-`, `frontend-`, `backend-config-snippet`).
         let section = names.first().and_then(|n| snippets::Section::of_name(n));
         self.note(|| {
@@ -567,7 +600,11 @@ impl HookContext {
                 );
                 continue;
             }
-            let origin = if self.inner.sources[i].prefixed {
+            let prefixed = self
+                .here()
+                .and_then(|v| v.sources().nth(i))
+                .is_some_and(|s| s.prefixed);
+            let origin = if prefixed {
                 Origin::Annotation
             } else {
                 Origin::ConfigMap
@@ -793,95 +830,33 @@ impl HookContext {
     /// (only those: no Ingress, no ConfigMap); `()` in other hooks. Its reports go to the same
     /// place.
     fn service(&mut self) -> Dynamic {
-        let service = self.service_context();
+        let exists = self.here().is_some_and(|v| v.service.is_some());
+        let service = self.derived(Derive::Service);
         self.note(|| {
-            let mut view = self.inner.view.clone();
-            view.push(Derive::Service);
-            (ReadKey::Exists(view), ReadValue::Flag(service.is_some()))
+            (
+                ReadKey::Exists(service.view.clone()),
+                ReadValue::Flag(exists),
+            )
         });
-        service.map_or(Dynamic::UNIT, Dynamic::from)
-    }
-
-    fn service_context(&self) -> Option<HookContext> {
-        let service = self.inner.service.clone()?;
-        let mut view = self.inner.view.clone();
-        view.push(Derive::Service);
-        Some(HookContext {
-            inner: Arc::new(Inner {
-                subject: service.object.clone(),
-                sources: vec![service],
-                facts: self.inner.facts.clone(),
-                diagnostics: self.inner.diagnostics.clone(),
-                script: self.inner.script.clone(),
-                snippets: self.inner.snippets,
-                service: None,
-                view,
-                trace: self.inner.trace.clone(),
-                facts_read: self.inner.facts_read.clone(),
-                closed: self.inner.closed.clone(),
-            }),
-        })
+        if exists {
+            Dynamic::from(service)
+        } else {
+            Dynamic::UNIT
+        }
     }
 
     /// The same context without the sources of one kind (e.g. `"Ingress"`), for settings
     /// that must not come from there.
-    fn without(&mut self, kind: &str) -> HookContext {
-        self.without_kind(kind)
-    }
-
-    fn without_kind(&self, kind: &str) -> HookContext {
-        let mut view = self.inner.view.clone();
-        view.push(Derive::Without(kind.to_string()));
-        HookContext {
-            inner: Arc::new(Inner {
-                subject: self.inner.subject.clone(),
-                sources: self
-                    .inner
-                    .sources
-                    .iter()
-                    .filter(|s| s.object.kind.as_str() != kind)
-                    .cloned()
-                    .collect(),
-                facts: self.inner.facts.clone(),
-                diagnostics: self.inner.diagnostics.clone(),
-                script: self.inner.script.clone(),
-                snippets: self.inner.snippets,
-                service: self.inner.service.clone(),
-                view,
-                trace: self.inner.trace.clone(),
-                facts_read: self.inner.facts_read.clone(),
-                closed: self.inner.closed.clone(),
-            }),
-        }
+    fn without(&mut self, kind: &str) -> Ctx {
+        self.derived(Derive::Without(kind.to_string()))
     }
 
     /// The same context, for settings that guard access: the first value found decides, and
     /// a bad one is reported with `consequence` (what happens instead, e.g. "everyone gets
     /// 403 on these routes until it is fixed") rather than skipped. The hook sees `()` and
     /// denies; `ctx.has(name)` tells a bad value from none.
-    fn fail_closed(&mut self, consequence: &str) -> HookContext {
-        self.fail_closed_on(consequence)
-    }
-
-    fn fail_closed_on(&self, consequence: &str) -> HookContext {
-        let mut view = self.inner.view.clone();
-        view.push(Derive::FailClosed(consequence.to_string()));
-        let i = &self.inner;
-        HookContext {
-            inner: Arc::new(Inner {
-                subject: i.subject.clone(),
-                sources: i.sources.clone(),
-                facts: i.facts.clone(),
-                diagnostics: i.diagnostics.clone(),
-                script: i.script.clone(),
-                snippets: i.snippets,
-                service: i.service.clone(),
-                view,
-                trace: i.trace.clone(),
-                facts_read: i.facts_read.clone(),
-                closed: Some(consequence.into()),
-            }),
-        }
+    fn fail_closed(&mut self, consequence: &str) -> Ctx {
+        self.derived(Derive::FailClosed(consequence.to_string()))
     }
 
     /// If an object of `kind` sets `name`, reports it as ignored (with `reason`) on that
@@ -900,23 +875,16 @@ impl HookContext {
     }
 
     fn warn(&mut self, message: &str) {
-        let script = self
-            .inner
-            .script
-            .lock()
-            .map(|s| s.clone())
-            .unwrap_or_default();
         self.record(
             Severity::Warning,
             Target::Subject,
-            format!("script {script}"),
+            format!("script {}", self.script),
             message.to_string(),
         );
     }
 
     fn fact(&mut self, name: &str) -> Dynamic {
-        self.inner.facts_read.store(true, Ordering::Relaxed);
-        let value = self.inner.facts.get(name).cloned();
+        let value = self.context.inner.facts.get(name).cloned();
         self.note(|| {
             (
                 ReadKey::Fact(name.to_string()),
@@ -986,50 +954,46 @@ pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
 /// Makes `ctx` and its accessors available to scripts.
 pub(crate) fn register(engine: &mut Engine) {
     engine
-        .register_type_with_name::<HookContext>("Context")
+        .register_type_with_name::<Ctx>("Context")
         .register_type_with_name::<Snippet>("Snippet")
-        .register_get("kind", |c: &mut HookContext| {
-            c.read_subject(SubjectPart::Kind)
-        })
-        .register_get("namespace", |c: &mut HookContext| {
+        .register_get("kind", |c: &mut Ctx| c.read_subject(SubjectPart::Kind))
+        .register_get("namespace", |c: &mut Ctx| {
             c.read_subject(SubjectPart::Namespace)
         })
-        .register_get("name", |c: &mut HookContext| {
-            c.read_subject(SubjectPart::Name)
-        })
-        .register_fn("fact", HookContext::fact)
-        .register_fn("has", HookContext::has)
-        .register_fn("bool", HookContext::get_bool)
-        .register_fn("int", HookContext::get_int)
-        .register_fn("size", HookContext::get_size)
-        .register_fn("duration", HookContext::get_duration)
-        .register_fn("choice", HookContext::get_choice)
-        .register_fn("cidrs", HookContext::get_cidrs)
-        .register_fn("balance", HookContext::get_balance)
-        .register_fn("header_name", HookContext::get_header_name)
-        .register_fn("header_value", HookContext::get_header_value)
-        .register_fn("headers", HookContext::get_headers)
-        .register_fn("host", HookContext::get_host)
-        .register_fn("cookie_name", HookContext::get_cookie_name)
-        .register_fn("path", HookContext::get_path)
-        .register_fn("rewrite", HookContext::get_rewrite)
-        .register_fn("http_check", HookContext::get_http_check)
-        .register_fn("secret_ref", HookContext::get_secret_ref)
-        .register_fn("alpn", HookContext::get_alpn)
-        .register_fn("cors_origin", HookContext::get_cors_origin)
-        .register_fn("http_methods", HookContext::get_http_methods)
-        .register_fn("header_names", HookContext::get_header_names)
-        .register_fn("snippet", HookContext::get_snippet)
-        .register_fn("warn", HookContext::warn)
-        .register_fn("without", HookContext::without)
-        .register_fn("fail_closed", HookContext::fail_closed)
-        .register_fn("redirect", HookContext::get_redirect)
-        .register_fn("samples", HookContext::get_samples)
-        .register_fn("acl", HookContext::get_acl)
-        .register_fn("service", HookContext::service)
-        .register_fn("ignore_on", HookContext::ignore_on)
-        .register_fn("syslog_servers", HookContext::get_syslog_servers)
-        .register_fn("log_format", HookContext::get_log_format);
+        .register_get("name", |c: &mut Ctx| c.read_subject(SubjectPart::Name))
+        .register_fn("fact", Ctx::fact)
+        .register_fn("has", Ctx::has)
+        .register_fn("bool", Ctx::get_bool)
+        .register_fn("int", Ctx::get_int)
+        .register_fn("size", Ctx::get_size)
+        .register_fn("duration", Ctx::get_duration)
+        .register_fn("choice", Ctx::get_choice)
+        .register_fn("cidrs", Ctx::get_cidrs)
+        .register_fn("balance", Ctx::get_balance)
+        .register_fn("header_name", Ctx::get_header_name)
+        .register_fn("header_value", Ctx::get_header_value)
+        .register_fn("headers", Ctx::get_headers)
+        .register_fn("host", Ctx::get_host)
+        .register_fn("cookie_name", Ctx::get_cookie_name)
+        .register_fn("path", Ctx::get_path)
+        .register_fn("rewrite", Ctx::get_rewrite)
+        .register_fn("http_check", Ctx::get_http_check)
+        .register_fn("secret_ref", Ctx::get_secret_ref)
+        .register_fn("alpn", Ctx::get_alpn)
+        .register_fn("cors_origin", Ctx::get_cors_origin)
+        .register_fn("http_methods", Ctx::get_http_methods)
+        .register_fn("header_names", Ctx::get_header_names)
+        .register_fn("snippet", Ctx::get_snippet)
+        .register_fn("warn", Ctx::warn)
+        .register_fn("without", Ctx::without)
+        .register_fn("fail_closed", Ctx::fail_closed)
+        .register_fn("redirect", Ctx::get_redirect)
+        .register_fn("samples", Ctx::get_samples)
+        .register_fn("acl", Ctx::get_acl)
+        .register_fn("service", Ctx::service)
+        .register_fn("ignore_on", Ctx::ignore_on)
+        .register_fn("syslog_servers", Ctx::get_syslog_servers)
+        .register_fn("log_format", Ctx::get_log_format);
 }
 
 #[cfg(test)]
@@ -1099,22 +1063,23 @@ mod tests {
                 "0.0.0.0/0".to_string(),
             )])),
         );
-        let mut ctx = HookContext::new(
+        let context = HookContext::new(
             ingress.object.clone(),
             vec![ingress, config],
             BTreeMap::new(),
         );
+        let mut ctx = Ctx::new(&context, "t.rhai");
         let name = || Dynamic::from("allow-list");
         assert!(
             !ctx.get_cidrs(name()).is_unit(),
             "the plain view falls through"
         );
-        let plain = ctx.take_diagnostics();
+        let plain = reported(&ctx, &context);
         assert!(plain[0].message.ends_with("; setting ignored"), "{plain:?}");
         let mut closed = ctx.fail_closed("everyone gets 403");
         assert!(closed.get_cidrs(name()).is_unit());
         assert!(closed.has(name()));
-        let found = ctx.take_diagnostics();
+        let found = reported(&ctx, &context);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].severity, Severity::Error);
         assert_eq!(
@@ -1139,21 +1104,31 @@ mod tests {
                 ),
             ])),
         );
-        let mut ctx = HookContext::new(ingress.object.clone(), vec![ingress], BTreeMap::new())
-            .fail_closed("everyone gets 403");
+        let context = HookContext::new(ingress.object.clone(), vec![ingress], BTreeMap::new());
+        let mut ctx = Ctx::new(&context, "t.rhai").fail_closed("everyone gets 403");
         let allow = ctx.get_cidrs(Dynamic::from_array(vec![
             "allow-list".into(),
             "whitelist".into(),
         ]));
         assert_eq!(allow.into_array().unwrap()[0].to_string(), "10.0.0.0/8");
-        let found = ctx.take_diagnostics();
+        let found = reported(&ctx, &context);
         assert!(found[0].message.ends_with("; setting ignored"), "{found:?}");
     }
 
-    /// A replayed read answers what the read made in the derived context (built as
-    /// `ctx.service()` and `ctx.without(kind)` build it) answered.
+    /// The reports `ctx`'s call made so far, named against `context`'s objects.
+    fn reported(ctx: &Ctx, context: &HookContext) -> Vec<Diagnostic> {
+        ctx.take_log()
+            .reports
+            .iter()
+            .filter_map(|r| context.resolve(r))
+            .collect()
+    }
+
+    /// Every read a call logs, through whatever derived `ctx`, is answered the same by the
+    /// context ([`HookContext::answer`]), and its reports name the objects of the view they
+    /// were made in.
     #[test]
-    fn replayed_reads_answer_as_the_derived_contexts() {
+    fn logged_reads_are_answered_alike_and_reports_resolve_in_their_view() {
         let source = |kind: Kind, name: &str, pairs: &[(&str, &str)]| {
             let object = ObjectRef::new(kind, &Key::new("ns", name));
             let values: BTreeMap<String, String> = pairs
@@ -1173,7 +1148,7 @@ mod tests {
         let service = source(
             Kind::Service,
             "svc",
-            &[("portcullis.io/timeout-server", "2s")],
+            &[("portcullis.io/timeout-server", "2x")],
         );
         let config = source(Kind::ConfigMap, "cfg", &[("timeout-server", "3s")]);
         let with_service = HookContext::new(
@@ -1195,57 +1170,50 @@ mod tests {
             vec![Derive::Service],
             vec![Derive::Service, without("Service")],
             vec![without("Ingress"), Derive::Service],
-            vec![Derive::Service, Derive::Service],
             vec![Derive::FailClosed("denied".to_string()), Derive::Service],
             vec![without("Ingress"), Derive::FailClosed("denied".to_string())],
         ];
-        let names = vec!["timeout-server".to_string()];
-        for ctx in [&with_service, &without_service] {
+        let name = || Dynamic::from("timeout-server");
+        for context in [&with_service, &without_service] {
             for view in &views {
-                let keys = [
-                    ReadKey::Lookup {
-                        view: view.clone(),
-                        names: names.clone(),
-                    },
-                    ReadKey::LookupKind {
-                        view: view.clone(),
-                        kind: "ConfigMap".to_string(),
-                        names: names.clone(),
-                    },
-                    ReadKey::Subject {
-                        view: view.clone(),
-                        part: SubjectPart::Name,
-                    },
-                    ReadKey::Subject {
-                        view: view.clone(),
-                        part: SubjectPart::Kind,
-                    },
-                    ReadKey::Exists(view.clone()),
-                    ReadKey::Fact("host".to_string()),
-                ];
-                let built = ctx.derive(view);
-                for key in &keys {
-                    let expected = match (&built, key) {
-                        (None, ReadKey::Fact(_)) => ctx.replay(key),
-                        (None, _) => ReadValue::Flag(false),
-                        (Some(b), ReadKey::Lookup { names, .. }) => {
-                            ReadValue::Found(owned(b.found(names, None)))
-                        }
-                        (Some(b), ReadKey::LookupKind { kind, names, .. }) => {
-                            ReadValue::Found(owned(b.found(names, Some(kind))))
-                        }
-                        (Some(b), ReadKey::Subject { part, .. }) => {
-                            ReadValue::Text(Some(subject_part(&b.inner.subject, *part)))
-                        }
-                        (Some(_), ReadKey::Exists(_)) => ReadValue::Flag(true),
-                        (Some(b), ReadKey::Fact(name)) => {
-                            ReadValue::Text(b.inner.facts.get(name.as_str()).cloned())
-                        }
-                        (Some(_), ReadKey::SnippetPolicy) => unreachable!(),
-                    };
-                    assert_eq!(ctx.replay(key), expected, "{view:?} {key:?}");
+                let mut ctx = Ctx::new(context, "t.rhai");
+                for step in view {
+                    if *step == Derive::Service {
+                        assert!(!ctx.service().is_unit() || context.inner.service.is_none());
+                    }
+                    ctx = ctx.derived(step.clone());
                 }
+                if ctx.here().is_none() {
+                    continue;
+                }
+                let _ = ctx.get_duration(name());
+                ctx.ignore_on("ConfigMap", name(), "not here");
+                ctx.read_subject(SubjectPart::Name);
+                ctx.read_subject(SubjectPart::Kind);
+                let _ = ctx.fact("host");
+                ctx.warn("checked");
+                let log = ctx.take_log();
+                assert!(log.reads.len() >= 5, "{view:?}");
+                for (key, value) in &log.reads {
+                    assert_eq!(&context.answer(key), value, "{view:?} {key:?}");
+                }
+                let here = ctx.here().unwrap();
+                for report in &log.reports {
+                    let object = match report.target {
+                        Target::Source(i) => here.sources().nth(i).unwrap().object.clone(),
+                        Target::Subject => here.subject.clone(),
+                    };
+                    let resolved = context.resolve(report).unwrap();
+                    assert_eq!(resolved.subject, Subject::Object(object), "{view:?}");
+                }
+                assert!(log.reports.iter().any(|r| r.target == Target::Subject));
             }
         }
+        // Without a Service, `ctx.service()` is `()` and that is what is read.
+        let mut ctx = Ctx::new(&without_service, "t.rhai");
+        assert!(ctx.service().is_unit());
+        let (key, value) = ctx.take_log().reads.pop().unwrap();
+        assert_eq!(value, ReadValue::Flag(false));
+        assert_eq!(without_service.answer(&key), value);
     }
 }

@@ -1,7 +1,7 @@
 //! Hook results remembered by what the hook read.
 //!
 //! A hook is a pure function of what it reads through `ctx` (the engine has no clock, no
-//! randomness, no I/O). While a call runs, every read is recorded with its answer: the
+//! randomness, no I/O). A call logs every read with its answer (see [`super::context`]): the
 //! annotations found for a name (raw values, where), a fact, the subject's name, whether a
 //! Service is there. Those reads, in order, lead to the result. The next call of the same
 //! script and hook replays the reads against its own context: if every answer is the same, so
@@ -13,6 +13,10 @@
 //! results. Reports (bad values, `ctx.warn`) are kept relative to the context (which source,
 //! or the subject) and named against the object at hand when replayed. Results are dropped
 //! when a run no longer uses them; a new script set starts a new memo.
+//!
+//! Both memos are layers: [`Calls`] stands in for the calls of one hook run, and
+//! [`WholeRuns::run`] for a whole hook run; the hook-running code underneath (in the parent
+//! module) makes its calls the same way whether or not they are found here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,89 +24,11 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use rhai::Dynamic;
 
-use crate::diagnostics::{Diagnostic, Severity};
+use crate::diagnostics::{Diagnostic, Diagnostics};
 
 use super::Hook;
-use super::context::HookContext;
-
-/// A context derived from the hook's own: `ctx.service()`, `ctx.without(kind)` or
-/// `ctx.fail_closed(consequence)`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Derive {
-    Service,
-    Without(String),
-    /// The same sources; a bad value is not skipped but reported with this consequence.
-    FailClosed(String),
-}
-
-/// One read a hook made, relative to its context.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ReadKey {
-    /// Every value under `names` (with aliases and prefixes) in the view's sources.
-    Lookup {
-        view: Vec<Derive>,
-        names: Vec<String>,
-    },
-    /// The same, in the view's sources of one kind only (`ctx.ignore_on`).
-    LookupKind {
-        view: Vec<Derive>,
-        kind: String,
-        names: Vec<String>,
-    },
-    /// `ctx.fact(name)`.
-    Fact(String),
-    /// The view's subject: `kind`, `namespace` or `name`.
-    Subject {
-        view: Vec<Derive>,
-        part: SubjectPart,
-    },
-    /// Whether the view exists (`ctx.service()` is `()` without a Service).
-    Exists(Vec<Derive>),
-    /// Who may write config snippets.
-    SnippetPolicy,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SubjectPart {
-    Kind,
-    Namespace,
-    Name,
-}
-
-/// What a read answered.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ReadValue {
-    /// (source index in the view, raw value, how messages name it), in precedence order.
-    Found(Vec<(usize, String, String)>),
-    Text(Option<String>),
-    Flag(bool),
-}
-
-/// Whom a report is about, relative to the context it was made in.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// The view's source at this index.
-    Source(usize),
-    /// The view's subject.
-    Subject,
-}
-
-/// A report an accessor made (bad value, `ctx.warn`, ignored setting).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
-    pub view: Vec<Derive>,
-    pub target: Target,
-    pub severity: Severity,
-    pub field: String,
-    pub message: String,
-}
-
-/// What one hook call read and reported.
-#[derive(Debug, Default)]
-pub struct Trace {
-    pub reads: Vec<(ReadKey, ReadValue)>,
-    pub reports: Vec<Report>,
-}
+use super::budget::Budget;
+use super::context::{HookContext, Log, ReadKey, ReadValue, Report};
 
 /// A remembered call: its value (a settings map or unit), its reports, and the operations it
 /// used (charged again when replayed, so the run budget stops every replica at the same
@@ -150,11 +76,11 @@ pub struct Memo {
     /// Calls to remember that found the tree locked (another worker finding in it): the next
     /// call that gets the lock adds them. A worker that waited for the lock instead lost
     /// 30–50 ms of a cold run at 10 000 Ingresses (hundreds of waits).
-    pending: Mutex<Vec<Call>>,
+    pending: Mutex<Vec<Entry>>,
 }
 
 /// A call to remember: what `script`'s `hook` read, and its outcome.
-struct Call {
+struct Entry {
     script: u64,
     hook: Hook,
     trace: Vec<(ReadKey, ReadValue)>,
@@ -187,25 +113,34 @@ impl Memo {
         state.leaves = leaves;
     }
 
+    /// The memo standing in for the calls of one hook run (see [`Calls`]).
+    pub fn calls(&self) -> Calls<'_> {
+        Calls {
+            memo: self,
+            reader: None,
+            read_facts: false,
+        }
+    }
+
     /// A reader of the memo, for the finds of one hook run (every script of the hook, in
     /// turn): one read lock instead of one per script. The workers of a cold run find
     /// results a million times at 10 000 Ingresses; taking the lock for each made the two
     /// cores fight over it. Drop it before remembering.
-    pub fn reader(&self) -> Reader<'_> {
+    fn reader(&self) -> Reader<'_> {
         Reader(self.state.read().ok())
     }
 
     /// Remembers a call. A trace that disagrees with the tree (a read where the tree has
     /// another) is not remembered: that would mean the hook is not a function of its reads.
     /// While another thread holds the tree, the call waits in `pending` (see [`Memo`]).
-    pub fn remember(
+    fn remember(
         &self,
         script: u64,
         hook: Hook,
         trace: Vec<(ReadKey, ReadValue)>,
         outcome: Outcome,
     ) {
-        let call = Call {
+        let call = Entry {
             script,
             hook,
             trace,
@@ -261,8 +196,8 @@ impl Memo {
 }
 
 /// Adds `call` to the tree (see [`Memo::remember`]).
-fn add(state: &mut State, call: Call) {
-    let Call {
+fn add(state: &mut State, call: Entry) {
+    let Entry {
         script,
         hook,
         trace,
@@ -312,8 +247,85 @@ fn add(state: &mut State, call: Call) {
     }
 }
 
+/// The memo standing in for the calls of one hook run (every script of the hook, in turn):
+/// a call whose reads answer as a remembered call's did is not made again.
+#[derive(Debug)]
+pub struct Calls<'a> {
+    memo: &'a Memo,
+    /// Held across the calls found; let go before one is made (and remembered).
+    reader: Option<Reader<'a>>,
+    read_facts: bool,
+}
+
+impl Calls<'_> {
+    /// Lends `take` the result of `script`'s `hook` on `ctx`: a remembered one, its
+    /// operations charged to `budget` again unless they would exhaust it (then the call is
+    /// made, and stops where any replica's stops); else the call `make` makes, remembered
+    /// when it completed (a stopped or failed one depends on the budget or the clock, or is
+    /// worth making again).
+    pub fn call(
+        &mut self,
+        script: u64,
+        hook: Hook,
+        ctx: &HookContext,
+        budget: &mut Budget,
+        make: impl FnOnce(&mut Budget) -> super::Call,
+        take: &mut dyn FnMut(super::CallResult<'_>, &[Report]),
+    ) {
+        let Calls {
+            memo,
+            reader,
+            read_facts,
+        } = self;
+        let found = reader.get_or_insert_with(|| memo.reader()).find(
+            script,
+            hook,
+            |key| {
+                *read_facts |= matches!(key, ReadKey::Fact(_));
+                ctx.answer(key)
+            },
+            |outcome| {
+                let fits = budget.charge(outcome.operations);
+                if fits {
+                    take(Ok(&outcome.value), &outcome.reports);
+                }
+                fits
+            },
+        );
+        if found == Some(true) {
+            return;
+        }
+        *reader = None;
+        let super::Call {
+            value,
+            log,
+            operations,
+        } = make(budget);
+        *read_facts |= log.read_facts();
+        take(value.as_ref().map_err(|e| &**e), &log.reports);
+        if let Ok(value) = value {
+            let Log { reads, reports } = log;
+            memo.remember(
+                script,
+                hook,
+                reads,
+                Outcome {
+                    value,
+                    reports,
+                    operations,
+                },
+            );
+        }
+    }
+
+    /// Whether a call made or found read a fact.
+    pub fn read_facts(&self) -> bool {
+        self.read_facts
+    }
+}
+
 /// The memo held for reading ([`Memo::reader`]).
-pub struct Reader<'a>(Option<std::sync::RwLockReadGuard<'a, State>>);
+struct Reader<'a>(Option<std::sync::RwLockReadGuard<'a, State>>);
 
 impl std::fmt::Debug for Reader<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -328,7 +340,7 @@ impl Reader<'_> {
     /// The outcome is lent, not shared: the workers of a cold run find the same few outcomes
     /// hundreds of thousands of times, and counting references to them (or marking them used
     /// when they already are) made the two cores fight over those cache lines.
-    pub fn find<R>(
+    fn find<R>(
         &self,
         script: u64,
         hook: Hook,
@@ -483,7 +495,7 @@ impl WholeRuns {
     /// 128-bit pass, with the fingerprints', took 2 % off a cold run.
     /// `scripts` names the scripts of the hook (see `PolicyEngine::hook_scripts`), so that
     /// engines sharing this memo find only the runs of the same scripts.
-    pub fn keys(&self, ctx: &HookContext, scripts: u128) -> WholeKeys {
+    fn keys(&self, ctx: &HookContext, scripts: u128) -> WholeKeys {
         let key = |bytes: &[u8]| {
             let mut f = crate::fingerprint::Fingerprint::with_keys(self.keys);
             std::io::Write::write_all(&mut f, bytes).ok();
@@ -508,7 +520,7 @@ impl WholeRuns {
     /// keyed by its own object), and at 10 000 Ingresses a copy of each was 25 MB. While
     /// another worker holds the list, the value is not shared: a few dozen copies in a cold
     /// run, where waiting cost the workers 8 ms.
-    pub fn shared<T: PartialEq + Send + Sync + 'static>(
+    fn shared<T: PartialEq + Send + Sync + 'static>(
         &self,
         hook: Hook,
         value: T,
@@ -531,9 +543,49 @@ impl WholeRuns {
         value
     }
 
+    /// The run of `hook`'s scripts (`scripts`: see `PolicyEngine::hook_scripts`) on `ctx`: one
+    /// remembered for a context with the same inputs, its operations charged to `budget`
+    /// again unless they would exhaust it; else `run` (which tells whether it read a fact),
+    /// remembered unless a call was stopped (budget, clock).
+    pub fn run<T: Clone + PartialEq + Send + Sync + 'static>(
+        &self,
+        hook: Hook,
+        scripts: u128,
+        ctx: &HookContext,
+        budget: &mut Budget,
+        diags: &mut Diagnostics,
+        run: impl FnOnce(&mut Budget, &mut Diagnostics) -> (T, bool),
+    ) -> T {
+        let keys = self.keys(ctx, scripts);
+        if let Some(done) = self.find(hook, keys) {
+            if let Some(value) = done.value.downcast_ref::<T>() {
+                if budget.charge(done.operations) {
+                    for d in done.diagnostics {
+                        diags.push(d);
+                    }
+                    return value.clone();
+                }
+            }
+        }
+        let before = *budget;
+        let mut own = Diagnostics::new();
+        let (value, read_facts) = run(budget, &mut own);
+        let reports: Vec<Diagnostic> = own.iter().cloned().collect();
+        diags.extend(own);
+        let Some(operations) = budget.used_since(before) else {
+            return value;
+        };
+        let shared = self.shared(hook, value.clone());
+        // The remembered equal value, whose shared parts (`Arc`s) the caller then shares too:
+        // most routes come out with the same settings.
+        let value = shared.downcast_ref::<T>().cloned().unwrap_or(value);
+        self.remember(hook, keys, !read_facts, shared, reports, operations);
+        value
+    }
+
     /// The run remembered for a context of these keys: one that read no fact under the
     /// general key, else one under the specific key.
-    pub fn find(&self, hook: Hook, keys: WholeKeys) -> Option<WholeRun> {
+    fn find(&self, hook: Hook, keys: WholeKeys) -> Option<WholeRun> {
         self.find_one(hook, keys.general, true)
             .or_else(|| self.find_one(hook, keys.specific, false))
     }
@@ -550,7 +602,7 @@ impl WholeRuns {
     }
 
     /// Remembers a run under the general key when it read no fact, else the specific one.
-    pub fn remember(
+    fn remember(
         &self,
         hook: Hook,
         keys: WholeKeys,

@@ -5,6 +5,7 @@
 //! name order and later keys override earlier ones. A script that fails at run time affects
 //! only the object it was evaluating: its result for that object is dropped and reported.
 
+pub mod budget;
 mod bundled;
 pub mod context;
 pub mod global_keys;
@@ -12,6 +13,7 @@ pub mod memo;
 pub mod settings;
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use rhai::{AST, CallFnOptions, Dynamic, Engine, Map, Scope};
 
@@ -19,32 +21,18 @@ use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
 use crate::layers::{self, ReadLayer, SourceFile};
 use crate::model::{BackendSettings, GlobalSettings};
 
+pub use budget::{Budget, MAX_CALL_TIME, MAX_OPERATIONS_PER_CALL, MAX_OPERATIONS_PER_RUN};
+use context::Report;
 pub use context::{HookContext, ValueSource};
 pub use settings::RouteOutcome;
 
-/// Operations one hook call may perform before it is stopped.
-pub const MAX_OPERATIONS_PER_CALL: u64 = 100_000;
-/// Operations all hook calls of one pipeline run may perform together. Counting operations,
-/// not time, keeps the result the same on every replica however busy its machine is.
-pub const MAX_OPERATIONS_PER_RUN: u64 = 200_000_000;
-/// Wall-clock cap of one hook call: a safety net for work that operations do not count well
-/// (a huge string built in few steps). Far above what any sane hook needs (microseconds), so
-/// only an already-broken script can hit it, the one case where replicas may then differ.
-pub const MAX_CALL_TIME: std::time::Duration = std::time::Duration::from_secs(1);
-
-thread_local! {
-    /// When the hook call running on this thread started, and how many operations it has
-    /// used; read by the engine's progress callback. A pipeline run is one thread, besides
-    /// the work its workers do ahead (`PolicyEngine::with_whole_budget`).
-    static CALL: std::cell::Cell<(Option<std::time::Instant>, u64)> =
-        const { std::cell::Cell::new((None, 0)) };
-    /// Operations used by the pipeline run on this thread so far, and its budget.
-    static RUN_OPERATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    static RUN_BUDGET: std::cell::Cell<u64> = const { std::cell::Cell::new(MAX_OPERATIONS_PER_RUN) };
-    /// Whether a hook call on this thread was stopped (budget, clock) since it was reset.
-    static STOPPED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// How many hook calls on this thread were stopped, ever (see [`PolicyEngine::account`]).
-    static STOPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+/// What a hook run gives back: the settings, what was wrong with the inputs or the scripts,
+/// and the budget after its calls.
+#[derive(Debug)]
+pub struct HookRun<T> {
+    pub settings: T,
+    pub diagnostics: Diagnostics,
+    pub budget: Budget,
 }
 
 /// The hook points scripts can implement.
@@ -220,10 +208,51 @@ struct Script {
     memo_id: u64,
 }
 
-/// The compiled, effective set of scripts and the sandboxed engine that runs them.
+/// A sandboxed engine and the meter its progress callback counts the running call on.
+#[derive(Debug)]
+struct Metered {
+    engine: Engine,
+    meter: Arc<budget::Meter>,
+}
+
+impl Metered {
+    fn new() -> Self {
+        let meter = Arc::new(budget::Meter::default());
+        Self {
+            engine: sandboxed_engine(meter.clone()),
+            meter,
+        }
+    }
+}
+
+/// The engines that run calls, each lent to one call at a time, so that a call's meter
+/// (and so its budget) is its own while calls run on several threads. There are as many as
+/// calls ever ran at once.
+#[derive(Debug, Default)]
+struct Engines {
+    idle: Mutex<Vec<Metered>>,
+}
+
+impl Engines {
+    fn lend<R>(&self, work: impl FnOnce(&Metered) -> R) -> R {
+        let metered = self
+            .idle
+            .lock()
+            .ok()
+            .and_then(|mut idle| idle.pop())
+            .unwrap_or_else(Metered::new);
+        let out = work(&metered);
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(metered);
+        }
+        out
+    }
+}
+
+/// The compiled, effective set of scripts and the sandboxed engines that run them.
 #[derive(Debug)]
 pub struct PolicyEngine {
-    engine: Engine,
+    engines: Engines,
     scripts: Vec<Script>,
     run_budget: u64,
     memo: std::sync::Arc<memo::Memo>,
@@ -245,7 +274,8 @@ impl PolicyEngine {
 
     /// Compiles the given effective files.
     pub fn compile(files: Vec<SourceFile>) -> Result<Self, Vec<PolicyError>> {
-        let engine = sandboxed_engine();
+        let compiler = Metered::new();
+        let engine = &compiler.engine;
         let mut scripts = Vec::new();
         let mut errors = Vec::new();
         for source in files {
@@ -313,7 +343,9 @@ impl PolicyEngine {
                 f.finish()
             });
             Ok(Self {
-                engine,
+                engines: Engines {
+                    idle: Mutex::new(vec![compiler]),
+                },
                 scripts,
                 run_budget: MAX_OPERATIONS_PER_RUN,
                 memo: std::sync::Arc::default(),
@@ -330,55 +362,17 @@ impl PolicyEngine {
         self.scripts.iter().map(|s| &s.source)
     }
 
-    /// Starts a pipeline run's operation budget (on this thread), and drops the remembered
-    /// results the previous run did not use.
+    /// Starts a pipeline run that translates everything afresh: drops the remembered
+    /// results the previous run did not use. (A run that takes parts of the last one keeps
+    /// them all, since the parts taken stand for the hook calls they made.)
     pub fn begin_run(&self) {
-        RUN_OPERATIONS.with(|r| r.set(0));
-        RUN_BUDGET.with(|b| b.set(self.run_budget));
         self.memo.begin_run();
         self.whole.begin_run();
     }
 
-    /// Starts a pipeline run that takes parts of the last one instead of translating them
-    /// again (see `translate::parts`): the run's operation budget starts afresh, and every
-    /// remembered result is kept, since the parts taken stand for the hook calls they made.
-    pub fn begin_partial_run(&self) {
-        RUN_OPERATIONS.with(|r| r.set(0));
-        RUN_BUDGET.with(|b| b.set(self.run_budget));
-    }
-
-    /// Runs `work` (one item done ahead, see [`crate::parallel`]) with the whole run budget,
-    /// which the run charges again when it takes the result; this thread's run account is
-    /// as it was afterwards.
-    pub fn with_whole_budget<T>(&self, work: impl FnOnce() -> T) -> T {
-        let saved = (
-            RUN_OPERATIONS.with(|r| r.replace(0)),
-            RUN_BUDGET.with(|b| b.replace(self.run_budget)),
-        );
-        let out = work();
-        RUN_OPERATIONS.with(|r| r.set(saved.0));
-        RUN_BUDGET.with(|b| b.set(saved.1));
-        out
-    }
-
-    /// The hook work of the run on this thread so far.
-    pub fn account(&self) -> RunAccount {
-        RunAccount {
-            operations: RUN_OPERATIONS.with(std::cell::Cell::get),
-            stops: STOPS.with(std::cell::Cell::get),
-        }
-    }
-
-    /// Charges the operations of hook calls a kept translation part stands for, as if they
-    /// ran; false, and nothing charged, when they would exhaust the run's budget (then the
-    /// part is translated again, and its scripts stop where any replica's stop).
-    pub fn charge(&self, operations: u64) -> bool {
-        let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
-        if spent.saturating_add(operations) > self.run_budget {
-            return false;
-        }
-        RUN_OPERATIONS.with(|r| r.set(spent + operations));
-        true
+    /// A pipeline run's operation budget, nothing spent.
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.run_budget)
     }
 
     /// Takes over `previous`' remembered results (after the script set was reloaded): those
@@ -411,172 +405,132 @@ impl PolicyEngine {
         self.scripts.iter().map(|s| (&s.source, &s.declaration))
     }
 
-    pub fn run_global(&self, ctx: &HookContext, diags: &mut Diagnostics) -> GlobalSettings {
-        let mut out = GlobalSettings::default();
-        self.run(Hook::Global, ctx, diags, |m| {
-            settings::apply_global(m, &mut out)
-        });
-        out
-    }
-
-    /// Backend settings, shared with the equal settings of other backends.
-    pub fn run_backend(
-        &self,
-        ctx: &HookContext,
-        diags: &mut Diagnostics,
-    ) -> std::sync::Arc<BackendSettings> {
-        self.run_whole(Hook::Backend, ctx, diags, |diags| {
-            let mut out = BackendSettings::default();
-            self.run(Hook::Backend, ctx, diags, |m| {
-                settings::apply_backend(m, &mut out)
-            });
-            std::sync::Arc::new(out)
-        })
-    }
-
-    pub fn run_route(&self, ctx: &HookContext, diags: &mut Diagnostics) -> RouteOutcome {
-        self.run_whole(Hook::Route, ctx, diags, |diags| {
-            let mut out = RouteOutcome::default();
-            self.run(Hook::Route, ctx, diags, |m| {
-                settings::apply_route(m, &mut out)
+    /// Runs the `global` hooks on the controller ConfigMap.
+    pub fn run_global(&self, ctx: &HookContext, budget: Budget) -> HookRun<GlobalSettings> {
+        hook_run(budget, |budget, diags| {
+            let mut out = GlobalSettings::default();
+            self.run(Hook::Global, ctx, budget, diags, |m| {
+                settings::apply_global(m, &mut out)
             });
             out
         })
     }
 
-    /// Runs every script of `hook` (`compute`), or replays the run remembered for a context
-    /// with the same inputs. Its operations are charged again, unless they would exhaust the
-    /// run's budget (then the scripts run, and stop where any replica stops). A run in which
-    /// a call was stopped (budget, clock) is not remembered.
-    fn run_whole<T: Clone + PartialEq + Send + Sync + 'static>(
-        &self,
-        hook: Hook,
-        ctx: &HookContext,
-        diags: &mut Diagnostics,
-        compute: impl FnOnce(&mut Diagnostics) -> T,
-    ) -> T {
-        let keys = self.whole.keys(ctx, self.hook_scripts[hook as usize]);
-        let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
-        if let Some(done) = self
-            .whole
-            .find(hook, keys)
-            .filter(|d| spent.saturating_add(d.operations) <= self.run_budget)
-        {
-            if let Some(value) = done.value.downcast_ref::<T>() {
-                RUN_OPERATIONS.with(|r| r.set(spent + done.operations));
-                for d in done.diagnostics {
-                    diags.push(d);
-                }
-                return value.clone();
-            }
-        }
-        STOPPED.with(|s| s.set(false));
-        ctx.forget_facts_read();
-        let mut own = Diagnostics::new();
-        let value = compute(&mut own);
-        let operations = RUN_OPERATIONS
-            .with(std::cell::Cell::get)
-            .saturating_sub(spent);
-        let reports: Vec<Diagnostic> = own.iter().cloned().collect();
-        diags.extend(own);
-        if STOPPED.with(std::cell::Cell::get) {
-            return value;
-        }
-        let shared = self.whole.shared(hook, value.clone());
-        // The remembered equal value, whose shared parts (`Arc`s) the caller then shares too:
-        // most routes come out with the same settings.
-        let value = shared.downcast_ref::<T>().cloned().unwrap_or(value);
-        let facts_free = !ctx.facts_read();
-        self.whole
-            .remember(hook, keys, facts_free, shared, reports, operations);
-        value
+    /// Runs the `backend` hooks. The settings are shared with the equal settings of other
+    /// backends.
+    pub fn run_backend(&self, ctx: &HookContext, budget: Budget) -> HookRun<Arc<BackendSettings>> {
+        hook_run(budget, |budget, diags| {
+            let scripts = self.hook_scripts[Hook::Backend as usize];
+            self.whole.run(
+                Hook::Backend,
+                scripts,
+                ctx,
+                budget,
+                diags,
+                |budget, diags| {
+                    let mut out = BackendSettings::default();
+                    let read_facts = self.run(Hook::Backend, ctx, budget, diags, |m| {
+                        settings::apply_backend(m, &mut out)
+                    });
+                    (Arc::new(out), read_facts)
+                },
+            )
+        })
     }
 
+    /// Runs the `route` hooks of one path.
+    pub fn run_route(&self, ctx: &HookContext, budget: Budget) -> HookRun<RouteOutcome> {
+        hook_run(budget, |budget, diags| {
+            let scripts = self.hook_scripts[Hook::Route as usize];
+            self.whole
+                .run(Hook::Route, scripts, ctx, budget, diags, |budget, diags| {
+                    let mut out = RouteOutcome::default();
+                    let read_facts = self.run(Hook::Route, ctx, budget, diags, |m| {
+                        settings::apply_route(m, &mut out)
+                    });
+                    (out, read_facts)
+                })
+        })
+    }
+
+    /// `hook`'s scripts on `ctx` ([`Self::run_scripts`]), each call found in the memo when
+    /// it can be; whether a fact was read.
     fn run(
         &self,
         hook: Hook,
         ctx: &HookContext,
+        budget: &mut Budget,
         diags: &mut Diagnostics,
-        mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
-    ) {
-        // Held across the scripts that replay; let go before one runs (and is remembered).
-        let mut reader = None;
-        for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
-            // Remembered for a context that reads the same: replayed, with the operations the
-            // call used charged again, unless they would exhaust the run's budget (then the
-            // script runs and stops where any replica stops).
-            let spent = RUN_OPERATIONS.with(std::cell::Cell::get);
-            let replayed = reader.get_or_insert_with(|| self.memo.reader()).find(
+        apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+    ) -> bool {
+        let mut calls = self.memo.calls();
+        self.run_scripts(hook, ctx, budget, diags, apply, |script, budget, take| {
+            calls.call(
                 script.memo_id,
                 hook,
-                |key| ctx.replay(key),
-                |outcome| {
-                    if spent.saturating_add(outcome.operations) > self.run_budget {
-                        return false;
-                    }
-                    RUN_OPERATIONS.with(|r| r.set(spent + outcome.operations));
-                    for report in &outcome.reports {
-                        if let Some(d) = ctx.resolve(report) {
-                            diags.push(d);
-                        }
-                    }
-                    self.apply_result(hook, ctx, script, Ok(&outcome.value), diags, &mut apply);
-                    true
-                },
+                ctx,
+                budget,
+                |budget| self.call(script, hook, ctx, budget),
+                take,
             );
-            if replayed == Some(true) {
-                continue;
-            }
-            reader = None;
-            // For `ctx.warn`: a replayed call's reports already name their script.
-            ctx.set_script(&script.display);
-            CALL.with(|c| c.set((Some(std::time::Instant::now()), 0)));
-            ctx.begin_trace();
-            // A panic inside the engine or an accessor must only cost this object its settings.
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.engine.call_fn_with_options::<Dynamic>(
+        });
+        calls.read_facts()
+    }
+
+    /// The hook run: every script of `hook`, in order, each call's reports named against
+    /// `ctx`'s objects and its settings applied. `call` makes a script's call, or stands in
+    /// for it, and lends its result to the function it is given.
+    fn run_scripts(
+        &self,
+        hook: Hook,
+        ctx: &HookContext,
+        budget: &mut Budget,
+        diags: &mut Diagnostics,
+        mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+        mut call: impl FnMut(&Script, &mut Budget, &mut dyn FnMut(CallResult<'_>, &[Report])),
+    ) {
+        for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
+            call(script, budget, &mut |result, reports| {
+                for report in reports {
+                    if let Some(d) = ctx.resolve(report) {
+                        diags.push(d);
+                    }
+                }
+                self.apply_result(hook, ctx, script, result, diags, &mut apply);
+            });
+        }
+    }
+
+    /// `script`'s `hook` called on `ctx`, counted on `budget`.
+    fn call(&self, script: &Script, hook: Hook, ctx: &HookContext, budget: &mut Budget) -> Call {
+        let ctx = context::Ctx::new(ctx, &script.display);
+        let (value, operations, stop) = self.engines.lend(|metered| {
+            metered.meter.start(budget.left());
+            // A panic inside the engine or an accessor must only cost this object its
+            // settings.
+            let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                metered.engine.call_fn_with_options::<Dynamic>(
                     CallFnOptions::new().eval_ast(false).rewind_scope(true),
                     &mut Scope::new(),
                     &script.ast,
                     hook.function_name(),
                     (ctx.clone(),),
                 )
-            }));
-            let trace = ctx.end_trace();
-            let used = CALL.with(|c| c.replace((None, 0)).1);
-            RUN_OPERATIONS.with(|r| r.set(r.get().saturating_add(used)));
-            let result = match result {
-                Ok(r) => r,
-                Err(_) => Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
+            }))
+            .unwrap_or_else(|_| {
+                Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
                     "the script panicked".into(),
                     rhai::Position::NONE,
-                ))),
-            };
-            // Only completed calls are remembered: a stopped or failed one depends on the
-            // budget or the clock, or is worth running again.
-            if let (Ok(value), Some(trace)) = (&result, trace) {
-                self.memo.remember(
-                    script.memo_id,
-                    hook,
-                    trace.reads,
-                    memo::Outcome {
-                        value: value.clone(),
-                        reports: trace.reports,
-                        operations: used,
-                    },
-                );
-            }
-            for d in ctx.take_diagnostics() {
-                diags.push(d);
-            }
-            self.apply_result(
-                hook,
-                ctx,
-                script,
-                result.as_ref().map_err(|e| &**e),
-                diags,
-                &mut apply,
-            );
+                )))
+            });
+            let (operations, stop) = metered.meter.finish();
+            (value, operations, stop)
+        });
+        budget.spend(operations, stop.is_some());
+        Call {
+            value,
+            log: ctx.take_log(),
+            operations,
         }
     }
 
@@ -586,7 +540,7 @@ impl PolicyEngine {
         hook: Hook,
         ctx: &HookContext,
         script: &Script,
-        result: Result<&Dynamic, &rhai::EvalAltResult>,
+        result: CallResult<'_>,
         diags: &mut Diagnostics,
         apply: &mut impl FnMut(&Map) -> Vec<settings::KeyError>,
     ) {
@@ -626,49 +580,34 @@ impl PolicyEngine {
     }
 }
 
-/// The hook work of a pipeline run up to a point: operations charged, and calls stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RunAccount {
+/// What a script's call gave: a settings map or unit, or why it gave nothing.
+type CallResult<'a> = Result<&'a Dynamic, &'a rhai::EvalAltResult>;
+
+/// A script's call: what it gave, what it read and reported, and the operations it used.
+#[derive(Debug)]
+pub struct Call {
+    pub value: Result<Dynamic, Box<rhai::EvalAltResult>>,
+    pub log: context::Log,
     pub operations: u64,
-    pub stops: u64,
 }
 
-impl RunAccount {
-    /// The operations used since `earlier`, or `None` when a call was stopped since (its
-    /// result depends on the budget or the clock, so it must not be kept).
-    pub fn since(self, earlier: RunAccount) -> Option<u64> {
-        (self.stops == earlier.stops).then(|| self.operations.saturating_sub(earlier.operations))
+/// Runs `work` on `budget` with diagnostics of its own, as a [`HookRun`].
+fn hook_run<T>(
+    mut budget: Budget,
+    work: impl FnOnce(&mut Budget, &mut Diagnostics) -> T,
+) -> HookRun<T> {
+    let mut diagnostics = Diagnostics::new();
+    let settings = work(&mut budget, &mut diagnostics);
+    HookRun {
+        settings,
+        diagnostics,
+        budget,
     }
-}
-
-/// Stops a hook call past the run's operation budget or the wall-clock cap (the per-call
-/// operation limit is the engine's own).
-fn progress(operations: u64) -> Option<Dynamic> {
-    let (started, _) = CALL.with(|c| {
-        let (started, _) = c.get();
-        c.set((started, operations));
-        c.get()
-    });
-    let budget = RUN_BUDGET.with(std::cell::Cell::get);
-    if RUN_OPERATIONS
-        .with(std::cell::Cell::get)
-        .saturating_add(operations)
-        > budget
-    {
-        STOPPED.with(|s| s.set(true));
-        STOPS.with(|s| s.set(s.get() + 1));
-        return Some("the pipeline run's operation budget is exhausted".into());
-    }
-    if operations.is_multiple_of(1024) && started.is_some_and(|s| s.elapsed() > MAX_CALL_TIME) {
-        STOPPED.with(|s| s.set(true));
-        STOPS.with(|s| s.set(s.get() + 1));
-        return Some(format!("the call ran longer than {}s", MAX_CALL_TIME.as_secs()).into());
-    }
-    None
 }
 
 /// An engine with no way out: no `eval`, no modules, bounded operations, call depth and sizes.
-fn sandboxed_engine() -> Engine {
+/// Its progress callback counts each call on `meter`.
+fn sandboxed_engine(meter: Arc<budget::Meter>) -> Engine {
     let mut engine = Engine::new();
     engine
         .set_max_operations(MAX_OPERATIONS_PER_CALL)
@@ -679,7 +618,7 @@ fn sandboxed_engine() -> Engine {
         .set_max_map_size(10_000)
         .set_max_variables(1_000)
         .set_max_functions(256)
-        .on_progress(progress)
+        .on_progress(move |operations| meter.progress(operations))
         // No string interner: with the `sync` feature it is one lock for every thread, and
         // a thread that finds it taken sleeps 10 ms (rhai 1.27's `locked_write`). A cold run's
         // two workers lost up to 50 ms to it at 10 000 Ingresses.
@@ -699,6 +638,28 @@ mod tests {
     use super::*;
     use crate::layers::Layer;
     use crate::objects::{Key, Kind, ObjectRef};
+
+    /// `engine`'s backend hooks on `ctx` with a run's whole budget; their reports go to `diags`.
+    fn run_backend(
+        engine: &PolicyEngine,
+        ctx: &HookContext,
+        diags: &mut Diagnostics,
+    ) -> Arc<BackendSettings> {
+        let run = engine.run_backend(ctx, engine.budget());
+        diags.extend(run.diagnostics);
+        run.settings
+    }
+
+    /// `engine`'s route hooks on `ctx` with a run's whole budget; their reports go to `diags`.
+    fn run_route(
+        engine: &PolicyEngine,
+        ctx: &HookContext,
+        diags: &mut Diagnostics,
+    ) -> RouteOutcome {
+        let run = engine.run_route(ctx, engine.budget());
+        diags.extend(run.diagnostics);
+        run.settings
+    }
 
     /// A test script; its declaration is added unless it has one.
     fn source(name: &str, text: &str) -> SourceFile {
@@ -788,7 +749,7 @@ fn backend(ctx) {
                 facts,
             );
             let mut diags = Diagnostics::new();
-            let out = engine.run_backend(&ctx, &mut diags);
+            let out = run_backend(&engine, &ctx, &mut diags);
             let diags: Vec<String> = diags
                 .into_sorted()
                 .iter()
@@ -840,7 +801,7 @@ fn backend(ctx) {
                 vec![ValueSource::annotations(obj, Arc::new(values))],
                 BTreeMap::from([("tier", tier.to_string())]),
             );
-            let out = engine.run_backend(&ctx, &mut Diagnostics::new());
+            let out = run_backend(&engine, &ctx, &mut Diagnostics::new());
             let whole = engine.remembered() - engine.memo_len();
             (out.timeouts.get("server").copied(), whole)
         };
@@ -893,16 +854,14 @@ fn backend(ctx) {
         };
         let whole = |e: &PolicyEngine| e.remembered() - e.memo_len();
         let header = |e: &PolicyEngine| {
-            e.run_route(&route_ctx, &mut Diagnostics::new())
+            run_route(e, &route_ctx, &mut Diagnostics::new())
                 .settings
                 .request_headers[0]
                 .1
                 .clone()
         };
-        let maxconn = |e: &PolicyEngine| {
-            e.run_backend(&service_ctx(&[]), &mut Diagnostics::new())
-                .maxconn
-        };
+        let maxconn =
+            |e: &PolicyEngine| run_backend(e, &service_ctx(&[]), &mut Diagnostics::new()).maxconn;
         let first = engine(10, "a");
         first.begin_run();
         assert_eq!((header(&first), maxconn(&first)), ("a".into(), Some(10)));
@@ -938,20 +897,6 @@ fn backend(ctx) {
     }
 
     #[test]
-    fn work_done_ahead_has_the_whole_budget_and_leaves_the_account_as_it_was() {
-        let engine = PolicyEngine::compile(vec![]).unwrap().with_run_budget(1000);
-        engine.begin_run();
-        assert!(engine.charge(300));
-        let inside = engine.with_whole_budget(|| {
-            let fresh = engine.account().operations;
-            (fresh, engine.charge(900), engine.charge(200))
-        });
-        assert_eq!(inside, (0, true, false));
-        assert_eq!(engine.account().operations, 300);
-        assert!(!engine.charge(800));
-    }
-
-    #[test]
     fn bundled_scripts_compile() {
         let engine = PolicyEngine::load(None).unwrap();
         assert!(engine.scripts().count() >= 10);
@@ -965,7 +910,7 @@ fn backend(ctx) {
         ])
         .unwrap();
         let mut diags = Diagnostics::new();
-        let out = engine.run_backend(&service_ctx(&[]), &mut diags);
+        let out = run_backend(&engine, &service_ctx(&[]), &mut diags);
         assert!(out.check);
         let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
         assert_eq!(msgs.len(), 1, "{msgs:?}");
@@ -1001,7 +946,7 @@ fn backend(ctx) {
         };
         let route = |name: &str, allowed: &str| {
             let ctx = ctx(Kind::Ingress, name, "haproxy.org/allow-list", allowed);
-            engine.run_route(&ctx, &mut Diagnostics::new()).settings
+            run_route(&engine, &ctx, &mut Diagnostics::new()).settings
         };
         let (a, b, other) = (
             route("a", "10.0.0.0/8"),
@@ -1015,7 +960,7 @@ fn backend(ctx) {
         // Backends alike.
         let backend = |name: &str, balance: &str| {
             let ctx = ctx(Kind::Service, name, "haproxy.org/load-balance", balance);
-            engine.run_backend(&ctx, &mut Diagnostics::new())
+            run_backend(&engine, &ctx, &mut Diagnostics::new())
         };
         let (a, b, other) = (
             backend("a", "leastconn"),
@@ -1057,7 +1002,7 @@ fn backend(ctx) {
             BTreeMap::new(),
         );
         let mut diags = Diagnostics::new();
-        let out = engine.run_route(&ctx, &mut diags);
+        let out = run_route(&engine, &ctx, &mut diags);
         assert_eq!(out.settings.allow_list, ["203.0.113.0/24"]);
         assert_eq!(out.settings.deny_list, ["192.0.2.1"]);
         let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
@@ -1076,7 +1021,7 @@ fn backend(ctx) {
         )])
         .map(|e| {
             let mut diags = Diagnostics::new();
-            e.run_backend(&service_ctx(&[]), &mut diags);
+            run_backend(&e, &service_ctx(&[]), &mut diags);
             diags.len()
         });
         // Either refused at compile time or failing at run time; never a value.
@@ -1091,7 +1036,8 @@ fn backend(ctx) {
         )])
         .unwrap();
         let mut diags = Diagnostics::new();
-        let out = engine.run_backend(
+        let out = run_backend(
+            &engine,
             &service_ctx(&[("haproxy.org/timeout-server", "5x\n  lua-load /x")]),
             &mut diags,
         );
@@ -1118,7 +1064,7 @@ fn backend(ctx) {
         .unwrap();
         let annotated = || service_ctx(&[("haproxy.org/backend-config-snippet", "option httplog")]);
         let mut diags = Diagnostics::new();
-        let out = engine.run_backend(&annotated(), &mut diags);
+        let out = run_backend(&engine, &annotated(), &mut diags);
         assert!(out.config_snippet.is_empty(), "off by default");
         let msgs: Vec<_> = diags.iter().map(|d| d.to_string()).collect();
         assert!(
@@ -1135,7 +1081,7 @@ fn backend(ctx) {
             in_annotations: true,
         };
         let mut diags = Diagnostics::new();
-        let out = engine.run_backend(&annotated().with_snippets(policy), &mut diags);
+        let out = run_backend(&engine, &annotated().with_snippets(policy), &mut diags);
         assert_eq!(out.config_snippet, ["option httplog"]);
     }
 
@@ -1149,14 +1095,16 @@ fn backend(ctx) {
         .with_run_budget(30_000);
         for _ in 0..2 {
             engine.begin_run();
+            let mut budget = engine.budget();
             let mut applied = 0;
             let mut stopped = Vec::new();
             for _ in 0..6 {
-                let mut diags = Diagnostics::new();
-                if engine.run_backend(&service_ctx(&[]), &mut diags).check {
+                let run = engine.run_backend(&service_ctx(&[]), budget);
+                budget = run.budget;
+                if run.settings.check {
                     applied += 1;
                 }
-                stopped.extend(diags.iter().map(|d| d.to_string()));
+                stopped.extend(run.diagnostics.iter().map(|d| d.to_string()));
             }
             assert!((1..6).contains(&applied), "applied {applied} of 6");
             assert!(
@@ -1196,7 +1144,8 @@ fn backend(ctx) {
             )
         };
         let mut diags = Diagnostics::new();
-        let out = engine.run_route(
+        let out = run_route(
+            &engine,
             &ctx().with_service(ValueSource::annotations(
                 service,
                 map(&[
@@ -1222,27 +1171,8 @@ fn backend(ctx) {
         // Without a Service (as in other hooks), ctx.service() is (): the Ingress decides
         // standalone-backend and there is no canary.
         let mut diags = Diagnostics::new();
-        let out = engine.run_route(&ctx(), &mut diags);
+        let out = run_route(&engine, &ctx(), &mut diags);
         assert_eq!(out.route_acl, None);
         assert_eq!(out.standalone_backend, Some(true));
-    }
-
-    #[test]
-    fn a_call_past_the_wall_clock_cap_is_stopped() {
-        CALL.with(|c| {
-            c.set((
-                Some(
-                    std::time::Instant::now()
-                        - MAX_CALL_TIME
-                        - std::time::Duration::from_millis(10),
-                ),
-                0,
-            ));
-        });
-        RUN_OPERATIONS.with(|r| r.set(0));
-        assert!(progress(1023).is_none(), "checked every 1024 operations");
-        let stop = progress(2048).map(|d| d.to_string()).unwrap_or_default();
-        assert!(stop.contains("longer than"), "{stop}");
-        CALL.with(|c| c.set((None, 0)));
     }
 }

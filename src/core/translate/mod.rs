@@ -30,7 +30,7 @@ use crate::model::{
     Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
 };
 use crate::objects::{Key, Kind, ObjectRef, Service};
-use crate::policy::{HookContext, PolicyEngine, ValueSource};
+use crate::policy::{Budget, HookContext, PolicyEngine, ValueSource};
 use crate::store::Store;
 use crate::values;
 
@@ -120,6 +120,8 @@ pub struct Translation {
     pub reuse: Reuse,
     /// The parts a later run may take instead of translating them again.
     pub parts: parts::Parts,
+    /// The run's hook operation budget, as the run left it.
+    pub budget: Budget,
 }
 
 /// How far a translation stays valid besides its store: which backends follow which Service's
@@ -245,9 +247,7 @@ pub fn translate<'a>(
     carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
-    if prior.is_some() {
-        policy.begin_partial_run();
-    } else {
+    if prior.is_none() {
         memo.begin_run();
         policy.begin_run();
     }
@@ -267,7 +267,10 @@ pub fn translate<'a>(
             BTreeMap::new(),
         )
         .with_snippets(config.snippets);
-        policy.run_global(&ctx, &mut t.diags)
+        let run = policy.run_global(&ctx, t.budget);
+        t.budget = run.budget;
+        t.diags.extend(run.diagnostics);
+        run.settings
     };
     if let Some(key) = &config.default_backend_service {
         t.default_backend_service(key);
@@ -336,6 +339,8 @@ struct Translator<'a> {
     config: &'a TranslateConfig,
     inputs: &'a RunInputs,
     policy: &'a PolicyEngine,
+    /// What the hooks may still do in this run (in a fork: of the work it does).
+    budget: Budget,
     diags: Diagnostics,
     config_map: Option<ValueSource>,
     backends: BTreeMap<String, BackendBuild>,
@@ -619,6 +624,7 @@ impl<'a> Translator<'a> {
             config,
             inputs,
             policy,
+            budget: policy.budget(),
             diags: Diagnostics::new(),
             config_map: None,
             backends: BTreeMap::new(),
@@ -655,11 +661,12 @@ impl<'a> Translator<'a> {
     }
 
     /// A translator with this one's inputs and nothing translated yet, whose state becomes
-    /// a part (see [`parts`]).
-    fn fork(&self) -> Translator<'a> {
+    /// a part (see [`parts`]), its hooks running on `budget`.
+    fn fork(&self, budget: Budget) -> Translator<'a> {
         Translator {
             config_map: self.config_map.clone(),
             owners: self.owners.clone(),
+            budget,
             ..Translator::new(
                 self.store,
                 self.memo,
@@ -699,8 +706,7 @@ impl<'a> Translator<'a> {
             return Vec::new();
         }
         let parts = crate::parallel::map(&to_translate, self.config.workers, |(rank, key, i)| {
-            self.policy
-                .with_whole_budget(|| self.translate_ingress(*rank, key, i))
+            self.translate_ingress(*rank, key, i, self.budget.whole()).0
         });
         let ranks = to_translate.last().map_or(0, |(rank, _, _)| rank + 1);
         let mut by_rank: Vec<Option<Forked<parts::IngressPart>>> =
@@ -730,7 +736,7 @@ impl<'a> Translator<'a> {
         }
         let taken = self
             .prior_ingress(rank, key, ingress)
-            .filter(|part| self.policy.charge(part.operations))
+            .filter(|part| self.budget.charge(part.operations))
             .map(|part| {
                 if part.rank != rank {
                     // Its claims and registrations in the last run's order are at another
@@ -749,9 +755,16 @@ impl<'a> Translator<'a> {
             }
             None => {
                 self.replaced_ranks.push(rank);
-                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
-                let (part, operations) =
-                    ahead.unwrap_or_else(|| self.translate_ingress(rank, key, ingress));
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.budget.charge(o)));
+                let (part, operations) = match ahead {
+                    Some(ahead) => ahead,
+                    None => {
+                        let (part, budget) =
+                            self.translate_ingress(rank, key, ingress, self.budget);
+                        self.budget = budget;
+                        part
+                    }
+                };
                 if self.tls_same {
                     self.tls_same = self.contributes_as_before(rank, &part);
                 }
@@ -784,19 +797,20 @@ impl<'a> Translator<'a> {
         part.host_verdicts.iter().all(holds).then_some(part)
     }
 
-    /// An Ingress' part, translated by a fork.
+    /// An Ingress' part, translated by a fork on `budget`, and the budget after.
     fn translate_ingress(
         &self,
         rank: usize,
         key: &Key,
         ingress: &Arc<Ingress>,
-    ) -> Forked<parts::IngressPart> {
-        let before = self.policy.account();
-        let mut fork = self.fork();
+        budget: Budget,
+    ) -> (Forked<parts::IngressPart>, Budget) {
+        let mut fork = self.fork(budget);
         fork.ingress_rules(rank, key, ingress);
-        let operations = self.policy.account().since(before);
+        let after = fork.budget;
+        let operations = after.used_since(budget);
         let part = fork.into_ingress_part(ingress.clone(), rank, operations.unwrap_or(0));
-        (part, operations)
+        ((part, operations), after)
     }
 
     /// Whether the new `part` at `rank` contributes to the HTTPS side what the last run's
@@ -1042,7 +1056,10 @@ impl<'a> Translator<'a> {
                         },
                     );
                 }
-                let outcome = self.policy.run_route(&ctx, &mut self.diags);
+                let run = self.policy.run_route(&ctx, self.budget);
+                self.budget = run.budget;
+                self.diags.extend(run.diagnostics);
+                let outcome = run.settings;
                 let Some((service_key, resolved, _)) = target else {
                     // The path keeps its keys and answers 503 (the error above says why):
                     // falling through would serve another route's backend. An ssl-passthrough
@@ -1513,6 +1530,7 @@ impl<'a> Translator<'a> {
             diagnostics: self.diags,
             reuse: self.reuse,
             parts: self.kept,
+            budget: self.budget,
         }
     }
 
@@ -1547,8 +1565,7 @@ impl<'a> Translator<'a> {
             let builds: Vec<_> = builds.collect();
             let this = &*self;
             let ahead = crate::parallel::map(&builds, workers, |build| {
-                this.policy
-                    .with_whole_budget(|| this.assemble_backend(build))
+                this.assemble_backend(build, this.budget.whole()).0
             });
             return builds
                 .iter()
@@ -1563,10 +1580,13 @@ impl<'a> Translator<'a> {
         backends
     }
 
-    /// A backend part, assembled by a fork.
-    fn assemble_backend(&self, build: &Arc<parts::Registration>) -> Forked<parts::BackendPart> {
-        let before = self.policy.account();
-        let mut fork = self.fork();
+    /// A backend part, assembled by a fork on `budget`, and the budget after.
+    fn assemble_backend(
+        &self,
+        build: &Arc<parts::Registration>,
+        budget: Budget,
+    ) -> (Forked<parts::BackendPart>, Budget) {
+        let mut fork = self.fork(budget);
         let mut backend = fork.backend(build.name.clone(), build.to_build());
         let service = ObjectRef::new(Kind::Service, &build.service);
         tls_edge::resolve_server_tls(
@@ -1576,7 +1596,8 @@ impl<'a> Translator<'a> {
             &mut fork.diags,
             &mut fork.static_files,
         );
-        let operations = self.policy.account().since(before);
+        let after = fork.budget;
+        let operations = after.used_since(budget);
         let part = parts::BackendPart {
             build: build.clone(),
             backend: Arc::new(backend),
@@ -1585,7 +1606,7 @@ impl<'a> Translator<'a> {
             follows_endpoints: !fork.reuse.endpoint_users.is_empty(),
             operations: operations.unwrap_or(0),
         };
-        (part, operations)
+        ((part, operations), after)
     }
 
     /// An HTTP backend: its part of the last run when it was assembled from the same inputs
@@ -1601,7 +1622,7 @@ impl<'a> Translator<'a> {
         let taken = self
             .prior
             .and_then(|prior| prior.backend(build, &mut self.backend_cursor))
-            .filter(|part| self.policy.charge(part.operations))
+            .filter(|part| self.budget.charge(part.operations))
             .cloned();
         let (part, keep) = match taken {
             Some(part) => {
@@ -1609,8 +1630,15 @@ impl<'a> Translator<'a> {
                 (part, true)
             }
             None => {
-                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.policy.charge(o)));
-                let (part, operations) = ahead.unwrap_or_else(|| self.assemble_backend(build));
+                let ahead = ahead.filter(|(_, ops)| ops.is_some_and(|o| self.budget.charge(o)));
+                let (part, operations) = match ahead {
+                    Some(ahead) => ahead,
+                    None => {
+                        let (part, budget) = self.assemble_backend(build, self.budget);
+                        self.budget = budget;
+                        part
+                    }
+                };
                 (Arc::new(part), operations.is_some())
             }
         };
@@ -1657,7 +1685,10 @@ impl<'a> Translator<'a> {
         sources.extend(self.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
         let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
-        let mut settings = self.policy.run_backend(&ctx, &mut self.diags);
+        let run = self.policy.run_backend(&ctx, self.budget);
+        self.budget = run.budget;
+        self.diags.extend(run.diagnostics);
+        let mut settings = run.settings;
         cookies::resolve(
             &mut settings,
             self.store,
