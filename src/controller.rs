@@ -416,7 +416,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                 match compute(source.input(), &pipeline, in_force.inputs(&applier), &metrics, &mut quarantine, resolver.as_ref()).await {
                     Ok((output, store)) => {
                         let diagnostics = output.diagnostics.clone();
-                        match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine)).await {
+                        match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine, &mut in_force)).await {
                             Err(e) => break Err(e),
                             Ok(true) => again(&changes_tx, &mut attribution_rounds),
                             Ok(false) => attribution_rounds = 0,
@@ -441,7 +441,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
-                                match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine)).await {
+                                match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine, &mut in_force)).await {
                                     Err(e) => break Err(e),
                                     Ok(true) => again(&changes_tx, &mut attribution_rounds),
                                     Ok(false) => attribution_rounds = 0,
@@ -477,7 +477,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     result
 }
 
-/// Asks for another run right away after objects were left out, up to
+/// Asks for another run right away after objects or certificates were left out, up to
 /// [`ATTRIBUTION_ROUNDS`] times in a row; past that, the owed reload's usual retries go on.
 fn again(changes: &mpsc::UnboundedSender<Instant>, rounds: &mut u32) {
     *rounds += 1;
@@ -515,11 +515,13 @@ async fn settle(
 
 /// The certificates HAProxy holds, by Secret, for [`RunInputs`] (a Secret updated with
 /// invalid data keeps the one in force): rebuilt only when they changed, since a large cluster
-/// holds thousands.
+/// holds thousands. And the certificate files HAProxy refused, with its words: each run leaves
+/// them out until their Secret's content changes (a new file) or the Secret goes.
 #[derive(Debug, Default)]
 struct CertificatesInForce {
     tls: Option<Arc<crate::model::Tls>>,
     by_secret: Arc<std::collections::BTreeMap<crate::objects::Key, crate::model::PemFile>>,
+    refused: Arc<std::collections::BTreeMap<crate::model::CertPath, String>>,
 }
 
 impl CertificatesInForce {
@@ -538,9 +540,7 @@ impl CertificatesInForce {
                     .map(|tls| {
                         tls.pem_files
                             .iter()
-                            .filter_map(|p| {
-                                Some((crate::translate::tls::secret_of_path(&p.path)?, p.clone()))
-                            })
+                            .map(|p| (p.path.secret().clone(), p.clone()))
                             .collect()
                     })
                     .unwrap_or_default(),
@@ -550,6 +550,37 @@ impl CertificatesInForce {
             now_unix: unix_now(),
             previous_certificates: self.by_secret.clone(),
             external_names: None,
+            refused_certificates: self.refused.clone(),
+        }
+    }
+
+    /// Notes the certificate files of `tls` that HAProxy's check `messages` name (the first
+    /// line naming each). Whether there were any.
+    fn refuse(&mut self, tls: &crate::model::Tls, messages: &[String]) -> bool {
+        let named: Vec<(crate::model::CertPath, String)> = tls
+            .pem_files
+            .iter()
+            .filter_map(|pem| {
+                let line = messages.iter().find(|m| m.contains(pem.path.as_str()))?;
+                Some((pem.path.clone(), line.trim().to_string()))
+            })
+            .collect();
+        if named.is_empty() {
+            return false;
+        }
+        Arc::make_mut(&mut self.refused).extend(named);
+        true
+    }
+
+    /// Forgets the refusals of Secrets `store` no longer holds.
+    fn forget_gone(&mut self, store: &Store) {
+        if self
+            .refused
+            .keys()
+            .any(|path| store.secret(path.secret()).is_none())
+        {
+            Arc::make_mut(&mut self.refused)
+                .retain(|path, _| store.secret(path.secret()).is_some());
         }
     }
 }
@@ -670,8 +701,9 @@ async fn compute(
 
 /// Applies a pipeline output and reports the outcome. Only a failure to start HAProxy at all
 /// is fatal; every other failure keeps the running configuration and is retried. When HAProxy
-/// refuses the configuration and its verdict leads to tenant objects, those are put in
-/// `quarantine` and `true` is returned: the caller runs the pipeline again without them.
+/// refuses certificate files, they are noted in `in_force`, and when its verdict leads to
+/// tenant objects, those are put in `quarantine`; then `true` is returned: the caller runs the
+/// pipeline again without them.
 #[allow(clippy::too_many_arguments)]
 async fn apply_output(
     output: Output,
@@ -681,7 +713,7 @@ async fn apply_output(
     metrics: &Metrics,
     expiry: &mut CertificateExpiry,
     first_event: Instant,
-    (store, quarantine): (&RunStore, &mut Quarantine),
+    (store, quarantine, in_force): (&RunStore, &mut Quarantine, &mut CertificatesInForce),
 ) -> Result<bool, RunError> {
     let started = Instant::now();
     let mut output = output;
@@ -695,25 +727,15 @@ async fn apply_output(
         following_ms = started.elapsed().as_secs_f64() * 1e3,
         "configuration prepared"
     );
-    let mut result = applier.apply(next).await;
+    let result = applier.apply(next).await;
+    store.with(|store| in_force.forget_gone(store));
     // HAProxy is the judge of certificates: one it refuses (a key that does not match, a
-    // broken chain) is dropped with an error naming its Secret, and the rest is applied.
-    for _ in 0..3 {
-        let Err(ApplyError::CheckRejected(messages)) = &result else {
-            break;
-        };
-        let Some(retry) = without_refused_certificates(&output, messages, &pipeline.renderer)
-        else {
-            break;
-        };
-        output = retry;
-        let next = Applied::following(
-            output.model.clone(),
-            output.rendered.clone(),
-            &pipeline.renderer,
-            applier.running(),
-        );
-        result = applier.apply(next).await;
+    // broken chain) is left out of the next run, which reports it on its Secret; the rest is
+    // applied. This outcome is not reported: the next run's is.
+    if let Err(ApplyError::CheckRejected(messages)) = &result {
+        if in_force.refuse(&output.model.tls, messages) {
+            return Ok(true);
+        }
     }
     let held = match &result {
         Err(
@@ -823,78 +845,19 @@ impl CertificateExpiry {
         let mut known = std::collections::HashMap::with_capacity(files.len());
         let mut expiry = Vec::new();
         for pem in files {
-            let Some(secret) = crate::translate::tls::secret_of_path(&pem.path) else {
-                continue;
-            };
-            let end = match self.0.remove(&pem.path) {
+            let secret = pem.path.secret();
+            let end = match self.0.remove(pem.path.as_str()) {
                 Some(end) => end,
                 None => crate::translate::tls::not_after(&pem.content),
             };
             if let Some(end) = end {
                 expiry.push((vec![secret.to_string()], end as f64));
             }
-            known.insert(pem.path.clone(), end);
+            known.insert(pem.path.to_string(), end);
         }
         self.0 = known;
         expiry
     }
-}
-
-/// The output without the certificates HAProxy's check messages name, with an error for each
-/// one's Secret; `None` when the messages name none of them.
-fn without_refused_certificates(
-    output: &Output,
-    messages: &[String],
-    renderer: &crate::render::Renderer,
-) -> Option<Output> {
-    let refused: Vec<(String, String)> = output
-        .model
-        .tls
-        .pem_files
-        .iter()
-        .filter_map(|pem| {
-            let line = messages.iter().find(|m| m.contains(&pem.path))?;
-            Some((pem.path.clone(), line.clone()))
-        })
-        .collect();
-    if refused.is_empty() {
-        return None;
-    }
-    let mut model = output.model.clone();
-    let mut diagnostics = output.diagnostics.clone();
-    for (path, message) in &refused {
-        let tls = std::sync::Arc::make_mut(&mut model.tls);
-        tls.pem_files.retain(|p| &p.path != path);
-        tls.crt_list.retain(|e| &e.path != path);
-        let secret = crate::translate::tls::secret_of_path(path)
-            .unwrap_or_else(|| crate::objects::Key::new("", path.clone()));
-        diagnostics.push(crate::diagnostics::Diagnostic {
-            severity: Severity::Error,
-            subject: Subject::Object(crate::objects::ObjectRef::new(
-                crate::objects::Kind::Secret,
-                &secret,
-            )),
-            field: Some("data".to_string()),
-            message: format!(
-                "HAProxy refused this certificate; its hosts are served without it: {}",
-                message.trim()
-            ),
-        });
-    }
-    if !model.tls.enabled() {
-        // No certificate left: no HTTPS frontend, so no redirect to it either.
-        std::sync::Arc::make_mut(&mut model.maps)
-            .ssl_redirect
-            .clear();
-        model.redirect_codes.clear();
-    }
-    let rendered = renderer.render(&model).ok()?;
-    diagnostics.sort();
-    Some(Output {
-        model,
-        rendered,
-        diagnostics,
-    })
 }
 
 fn site_failed(status: &Status, error: String) {

@@ -169,3 +169,61 @@ fn a_rotation_is_a_new_file_and_the_old_one_goes_after_the_next_reload() {
     assert_eq!(served("other.example.com"), Some(fp(&default2)));
     assert_eq!(served("secure.example.com"), Some(fp(&secure3)));
 }
+
+/// A certificate HAProxy refuses though Portcullis reads it (an Ed25519 key of another
+/// certificate, whose public half is not compared here) is left out of the next run with an
+/// error on its Secret; the other host's certificate is served.
+#[test]
+fn a_certificate_haproxy_refuses_is_left_out_with_an_error_on_its_secret() {
+    let mut h = Harness::new();
+    let (crt, key) = self_signed(&h.work(), "secure.example.com", "good");
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "secure",
+            &[
+                route(Some("secure.example.com"), "/", "Prefix", "web"),
+                route(Some("bad.example.com"), "/", "Prefix", "web"),
+            ],
+            None,
+            &[
+                ("secure-tls", &["secure.example.com"]),
+                ("bad-tls", &["bad.example.com"]),
+            ],
+        ),
+    );
+    h.write("secret.yaml", &tls_secret(NS, "secure-tls", &crt, &key));
+    let other_key = h.work().join("other-ed25519.key");
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["genpkey", "-algorithm", "ed25519", "-out"])
+        .arg(&other_key);
+    assert!(output_within(cmd, Duration::from_secs(20)).status.success());
+    let other_key = std::fs::read_to_string(other_key).unwrap();
+    h.write(
+        "bad.yaml",
+        &tls_secret(
+            NS,
+            "bad-tls",
+            include_str!("fixtures/tls/ed25519.crt"),
+            &other_key,
+        ),
+    );
+    h.start(&[]);
+    let good = fingerprint(&h.work(), &crt);
+    let served =
+        served_certificate(h.https_port, "secure.example.com").map(|c| fingerprint(&h.work(), &c));
+    assert_eq!(served.as_deref(), Some(good.as_str()));
+    let log = h.log();
+    assert!(
+        log.contains("HAProxy refused this certificate; its hosts are served without it")
+            && log.contains("inconsistencies between private key and certificate"),
+        "{log}"
+    );
+    assert!(
+        h.try_metric("portcullis_input_diagnostics{severity=\"error\"}")
+            .is_some_and(|v| v >= 1.0)
+    );
+}

@@ -1552,7 +1552,7 @@ fn servers_state_read_line_by_line_is_the_whole_answer() {
         .block_on(client.execute_lines(&Command::ShowServersState, |l| lines.push(l.to_string())))
         .unwrap();
     assert_eq!(lines, whole.lines().collect::<Vec<_>>());
-    let pool: Vec<(String, u16)> = lines
+    let pool: Vec<(Option<std::net::IpAddr>, u16)> = lines
         .iter()
         .filter_map(|l| parse_server_state_line(l))
         .filter(|(backend, _, state)| backend.contains("_pool_") && !state.maintenance)
@@ -1560,7 +1560,8 @@ fn servers_state_read_line_by_line_is_the_whole_answer() {
         .collect();
     assert_eq!(pool.len(), 2, "{lines:?}");
     assert!(
-        pool.iter().all(|(address, _)| address == "127.0.0.1"),
+        pool.iter()
+            .all(|(address, _)| *address == Some(std::net::Ipv4Addr::LOCALHOST.into())),
         "{pool:?}"
     );
     let ports: BTreeSet<u16> = pool.iter().map(|p| p.1).collect();

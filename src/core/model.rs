@@ -5,9 +5,13 @@
 //! config. The model is serializable so `/debug/model` and templates can read it.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use serde::Serialize;
+
+use crate::objects::Key;
 
 /// Everything HAProxy should be doing.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -141,7 +145,7 @@ pub struct TcpBind {
     pub address: String,
     pub port: u16,
     /// A PEM file named directly on the bind (`ssl crt <file>`).
-    pub certificate: Option<String>,
+    pub certificate: Option<CertPath>,
     pub alpn: Vec<String>,
     /// Terminate TLS with the HTTPS frontend's crt-list (`ssl crt-list <file>`; a TCP service
     /// of `--configmap-tcp-services` with the `ssl` option).
@@ -346,10 +350,84 @@ pub struct Backend {
 pub struct ServerSlot {
     /// `SRV_<n>`, shared with the same slot of every other backend.
     pub name: Arc<str>,
-    /// IP address or, for ExternalName services, a DNS name. `None` for an unused slot.
-    pub address: Option<String>,
+    /// `None` for an unused slot.
+    pub address: Option<Address>,
     /// The endpoint's port; 1 for an unused slot.
     pub port: u16,
+}
+
+/// Where a server connects: an endpoint's IP address, or the DNS name of an ExternalName
+/// Service that HAProxy resolves. Parsed where it enters (an EndpointSlice, the resolver's
+/// answers, a Service's `spec.externalName`) and kept typed to the runtime commands, which
+/// can set an IP address but not a name.
+///
+/// Written (`Display`, `Serialize`) as HAProxy reads it: an IP address in canonical form
+/// (IPv6 without brackets), a name as it is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Address {
+    Ip(IpAddr),
+    /// A DNS name, checked by [`crate::values::parse_host`] (no wildcard).
+    Name(Box<str>),
+}
+
+impl Address {
+    /// Calls `f` with the address' text, built on the stack for an IPv4 address: endpoint
+    /// addresses are written once per server per run, and hashed for slot assignment, where
+    /// `Ipv4Addr`'s `Display` took about 1 300 instructions an endpoint.
+    pub fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        match self {
+            Address::Ip(IpAddr::V4(v4)) => {
+                let mut text = [0u8; 15];
+                let mut len = 0;
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        text[len] = b'.';
+                        len += 1;
+                    }
+                    if octet >= 100 {
+                        text[len] = b'0' + octet / 100;
+                        len += 1;
+                    }
+                    if octet >= 10 {
+                        text[len] = b'0' + octet / 10 % 10;
+                        len += 1;
+                    }
+                    text[len] = b'0' + octet % 10;
+                    len += 1;
+                }
+                // Digits and dots only.
+                f(std::str::from_utf8(&text[..len]).unwrap_or_default())
+            }
+            Address::Ip(ip) => f(&ip.to_string()),
+            Address::Name(name) => f(name),
+        }
+    }
+
+    /// The IP address, `None` for a DNS name.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            Address::Ip(ip) => Some(*ip),
+            Address::Name(_) => None,
+        }
+    }
+}
+
+impl From<IpAddr> for Address {
+    fn from(ip: IpAddr) -> Self {
+        Address::Ip(ip)
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_text(|text| f.write_str(text))
+    }
+}
+
+impl Serialize for Address {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.with_text(|text| serializer.serialize_str(text))
+    }
 }
 
 /// The port HAProxy is given for an unused (disabled) slot.
@@ -372,7 +450,7 @@ pub struct ServerSlots {
 struct UsedSlot {
     index: u32,
     port: u16,
-    address: Box<str>,
+    address: Address,
 }
 
 impl ServerSlots {
@@ -387,7 +465,7 @@ impl ServerSlots {
     /// `count` slots, slot `i` holding `occupants[i]` (`(address, port)`) where there is one.
     pub fn from_occupants(
         count: usize,
-        occupants: impl IntoIterator<Item = (usize, String, u16)>,
+        occupants: impl IntoIterator<Item = (usize, Address, u16)>,
     ) -> Self {
         let mut slots = Self::unused(count);
         for (index, address, port) in occupants {
@@ -419,7 +497,7 @@ impl ServerSlots {
         match self.used_at(index) {
             Some(used) => ServerSlot {
                 name,
-                address: Some(used.address.to_string()),
+                address: Some(used.address.clone()),
                 port: used.port,
             },
             None => ServerSlot {
@@ -451,8 +529,8 @@ impl ServerSlots {
     }
 
     /// The address and port of slot `index`, when it holds an endpoint.
-    pub fn occupant(&self, index: usize) -> Option<(&str, u16)> {
-        self.used_at(index).map(|u| (&*u.address, u.port))
+    pub fn occupant(&self, index: usize) -> Option<(&Address, u16)> {
+        self.used_at(index).map(|u| (&u.address, u.port))
     }
 
     /// The slots in order as runs: each used slot alone, each stretch of unused slots as one
@@ -489,7 +567,7 @@ impl ServerSlots {
 
     /// Puts `occupant` (`(address, port)`) in slot `index`, or leaves it unused. Past the end,
     /// nothing happens.
-    pub fn set(&mut self, index: usize, occupant: Option<(String, u16)>) {
+    pub fn set(&mut self, index: usize, occupant: Option<(Address, u16)>) {
         let Some(at) = u32::try_from(index).ok().filter(|i| *i < self.count) else {
             return;
         };
@@ -499,7 +577,7 @@ impl ServerSlots {
                 self.used[i] = UsedSlot {
                     index: at,
                     port,
-                    address: address.into_boxed_str(),
+                    address,
                 }
             }
             (Err(i), Some((address, port))) => self.used.insert(
@@ -507,7 +585,7 @@ impl ServerSlots {
                 UsedSlot {
                     index: at,
                     port,
-                    address: address.into_boxed_str(),
+                    address,
                 },
             ),
             (Ok(i), None) => {
@@ -571,7 +649,7 @@ impl Serialize for ServerSlots {
         #[derive(Serialize)]
         struct Slot<'a> {
             name: &'a str,
-            address: Option<&'a str>,
+            address: Option<&'a Address>,
             port: u16,
         }
         let names = slot_names(self.len());
@@ -580,7 +658,7 @@ impl Serialize for ServerSlots {
             let here = used.next_if(|u| u.index as usize == i);
             Slot {
                 name,
-                address: here.map(|u| &*u.address),
+                address: here.map(|u| &u.address),
                 port: here.map_or(UNUSED_SLOT_PORT, |u| u.port),
             }
         }))
@@ -986,7 +1064,7 @@ pub struct GlobalTls {
 pub struct ClientAuth {
     /// `certs/ca/<namespace>_<name>.pem`; none when the Secret is unusable: then the HTTPS
     /// frontend refuses every request (fail closed).
-    pub ca_file: Option<String>,
+    pub ca_file: Option<CertPath>,
     /// `required` or `optional` (`client-crt-optional`).
     pub verify: String,
 }
@@ -1000,7 +1078,7 @@ impl Tls {
 /// A certificate file: `certs/<namespace>_<secret>_<hash>.pem`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PemFile {
-    pub path: String,
+    pub path: CertPath,
     /// The PEM text, shared by the runs that found the Secret unchanged and by the rendered
     /// file. Not shown in `/debug/model`.
     #[serde(skip)]
@@ -1010,8 +1088,86 @@ pub struct PemFile {
 /// One crt-list line: a certificate and the SNI names it answers (empty: its own names).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct CrtListEntry {
-    pub path: String,
+    pub path: CertPath,
     pub sni: Vec<String>,
+}
+
+/// The name of a file made from a Secret (a certificate, a CA bundle), with that Secret:
+/// whoever needs to know which Secret a file holds (the planner renaming a rotated
+/// certificate, the expiry metric, a certificate HAProxy refused) reads it here, never from
+/// the name.
+///
+/// Compared, ordered and hashed by the name alone: a name is made from its Secret's namespace
+/// and name (and a digest of the content), so equal names have equal Secrets. Written as the
+/// name.
+///
+/// Shared: the crt-list line, the file and the runs that keep the certificate hold one name.
+#[derive(Debug, Clone)]
+pub struct CertPath(Arc<(Box<str>, Key)>);
+
+impl CertPath {
+    pub fn new(path: String, secret: Key) -> Self {
+        Self(Arc::new((path.into_boxed_str(), secret)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0.0
+    }
+
+    /// The Secret the file was made from.
+    pub fn secret(&self) -> &Key {
+        &self.0.1
+    }
+}
+
+impl PartialEq for CertPath {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for CertPath {}
+
+impl PartialOrd for CertPath {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for CertPath {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for CertPath {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for CertPath {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq<str> for CertPath {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl fmt::Display for CertPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for CertPath {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
 }
 
 #[cfg(test)]
@@ -1019,9 +1175,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    type Plain = Vec<Option<(String, u16)>>;
+    type Plain = Vec<Option<(Address, u16)>>;
 
-    fn plain_slot(i: usize, occupant: &Option<(String, u16)>) -> ServerSlot {
+    fn ip(octets: [u8; 4]) -> Address {
+        Address::Ip(IpAddr::from(octets))
+    }
+
+    fn plain_slot(i: usize, occupant: &Option<(Address, u16)>) -> ServerSlot {
         ServerSlot {
             name: Arc::from(format!("SRV_{}", i + 1)),
             address: occupant.as_ref().map(|o| o.0.clone()),
@@ -1033,7 +1193,7 @@ mod tests {
         let mut slots = ServerSlots::unused(plain.len());
         // Set in reverse and unset once, so that inserting and removing are exercised.
         for (i, occupant) in plain.iter().enumerate().rev() {
-            slots.set(i, Some(("0.0.0.0".to_string(), 7)));
+            slots.set(i, Some((ip([0, 0, 0, 0]), 7)));
             slots.set(i, occupant.clone());
         }
         slots
@@ -1043,7 +1203,7 @@ mod tests {
         prop::collection::vec(
             prop::option::of(
                 (0u8..4)
-                    .prop_map(|a| format!("10.0.0.{a}"))
+                    .prop_map(|a| ip([10, 0, 0, a]))
                     .prop_flat_map(|a| (Just(a), 8000u16..8002)),
             ),
             0..50,
@@ -1119,11 +1279,45 @@ mod tests {
 
     #[test]
     fn clearing_leaves_every_slot_unused() {
-        let mut slots = ServerSlots::from_occupants(3, [(1, "10.0.0.1".to_string(), 80)]);
-        assert_eq!(slots.get(1).unwrap().address.as_deref(), Some("10.0.0.1"));
-        slots.set(7, Some(("10.0.0.2".to_string(), 80)));
+        let mut slots = ServerSlots::from_occupants(3, [(1, ip([10, 0, 0, 1]), 80)]);
+        assert_eq!(slots.get(1).unwrap().address, Some(ip([10, 0, 0, 1])));
+        slots.set(7, Some((ip([10, 0, 0, 2]), 80)));
         assert_eq!(slots.len(), 3, "a slot past the end is not made");
         slots.clear_all();
         assert_eq!(slots, ServerSlots::unused(3));
+    }
+
+    proptest! {
+        /// An address is written as `IpAddr` writes it, by `Display` and as a string value.
+        #[test]
+        fn addresses_are_written_as_std_writes_them(
+            v4 in any::<[u8; 4]>(),
+            v6 in any::<[u16; 8]>(),
+        ) {
+            for addr in [IpAddr::from(v4), IpAddr::from(v6)] {
+                let address = Address::Ip(addr);
+                prop_assert_eq!(address.to_string(), addr.to_string());
+                prop_assert_eq!(serde_json::to_value(&address).unwrap(), serde_json::json!(addr.to_string()));
+                prop_assert_eq!(address.ip(), Some(addr));
+            }
+        }
+    }
+
+    #[test]
+    fn ipv4_addresses_at_the_octet_edges_and_names_as_they_are() {
+        for (octets, text) in [
+            ([0, 0, 0, 0], "0.0.0.0"),
+            ([9, 10, 99, 100], "9.10.99.100"),
+            ([255, 255, 255, 255], "255.255.255.255"),
+        ] {
+            assert_eq!(ip(octets).to_string(), text);
+        }
+        let name = Address::Name("db.example.com".into());
+        assert_eq!(name.to_string(), "db.example.com");
+        assert_eq!(name.ip(), None);
+        assert_eq!(
+            serde_json::to_value(&name).unwrap(),
+            serde_json::json!("db.example.com")
+        );
     }
 }

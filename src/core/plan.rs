@@ -12,12 +12,13 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::model::{Backend, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls};
+use crate::model::{
+    Address, Backend, CertPath, CrtListEntry, MapEntry, Model, RouteMaps, ServerSlot, Tls,
+};
 use crate::plan::command::{Command, ServerState};
 use crate::render::{
     CRT_LIST, Content, EXACT_MAP, PREFIX_MAP, RenderedConfig, Renderer, SNI_MAP, SSL_REDIRECT_MAP,
 };
-use crate::translate::tls::secret_of_path;
 
 /// One configuration as applied: the model and its files.
 #[derive(Debug, Clone)]
@@ -270,7 +271,9 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
 /// maintenance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportedServer {
-    pub address: String,
+    /// `None` when HAProxy reports no IP address (a server that resolves a DNS name and has
+    /// no answer yet).
+    pub address: Option<IpAddr>,
     pub port: u16,
     pub maintenance: bool,
 }
@@ -300,7 +303,7 @@ pub fn parse_server_state_line(line: &str) -> Option<(&str, &str, ReportedServer
         f[1],
         f[3],
         ReportedServer {
-            address: f[4].to_string(),
+            address: f[4].parse().ok(),
             port,
             // SRV_ADMF_FMAINT; the "configured" bit (0x04) stays set after `ready`.
             maintenance: admin & 0x01 != 0,
@@ -356,15 +359,11 @@ impl<'m> ServerCheck<'m> {
             return;
         };
         let right = match &slot.address {
-            Some(address) => match address.parse::<IpAddr>() {
-                Ok(ip) => {
-                    !actual.maintenance
-                        && actual.port == slot.port
-                        && actual.address.parse::<IpAddr>().ok() == Some(ip)
-                }
-                // DNS names are resolved by HAProxy; nothing to compare.
-                Err(_) => true,
-            },
+            Some(Address::Ip(ip)) => {
+                !actual.maintenance && actual.port == slot.port && actual.address == Some(*ip)
+            }
+            // DNS names are resolved by HAProxy; nothing to compare.
+            Some(Address::Name(_)) => true,
             None => actual.maintenance,
         };
         if !right {
@@ -454,7 +453,11 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
         pem_files: Vec::new(),
         crt_list: if tls.enabled() {
             vec![CrtListEntry {
-                path: "certs/placeholder.pem".to_string(),
+                // Of no Secret: only its presence is compared.
+                path: CertPath::new(
+                    "certs/placeholder.pem".to_string(),
+                    crate::objects::Key::new("", "placeholder"),
+                ),
                 sni: Vec::new(),
             }]
         } else {
@@ -475,7 +478,7 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
         m.tls
             .static_files
             .iter()
-            .map(|p| (p.path.clone(), p.content.clone()))
+            .map(|p| (p.path.to_string(), p.content.clone()))
             .collect()
     };
     let (a, b) = (files(old), files(new));
@@ -553,22 +556,20 @@ pub fn server_commands(backend: &str, slot: &ServerSlot, plan: &mut Plan) {
         state,
     };
     match &slot.address {
-        Some(address) => match address.parse::<IpAddr>() {
-            Ok(addr) => {
-                plan.commands.push(Command::SetServerAddr {
-                    backend: backend.to_string(),
-                    server: slot.name.to_string(),
-                    addr,
-                    port: slot.port,
-                });
-                plan.commands.push(state(ServerState::Ready));
-            }
-            // ExternalName servers are DNS names; their resolution is set at start-up.
-            Err(_) => plan.reload_reasons.push(format!(
-                "server {backend}/{} now points at {address}",
-                slot.name
-            )),
-        },
+        Some(Address::Ip(addr)) => {
+            plan.commands.push(Command::SetServerAddr {
+                backend: backend.to_string(),
+                server: slot.name.to_string(),
+                addr: *addr,
+                port: slot.port,
+            });
+            plan.commands.push(state(ServerState::Ready));
+        }
+        // ExternalName servers are DNS names; their resolution is set at start-up.
+        Some(address @ Address::Name(_)) => plan.reload_reasons.push(format!(
+            "server {backend}/{} now points at {address}",
+            slot.name
+        )),
         None => plan.commands.push(state(ServerState::Maint)),
     }
 }
@@ -684,14 +685,14 @@ impl<'a> SortedEntries<'a> {
 /// name goes without its certificate in between. The disk has the new file under its own
 /// name; the old file, which HAProxy still names, stays until a reload no longer loads it.
 pub fn with_running_names(running: &Tls, new: &Tls) -> Tls {
-    let listed = |tls: &Tls| -> BTreeMap<crate::objects::Key, String> {
+    let listed = |tls: &Tls| -> BTreeMap<crate::objects::Key, CertPath> {
         tls.crt_list
             .iter()
-            .filter_map(|e| Some((secret_of_path(&e.path)?, e.path.clone())))
+            .map(|e| (e.path.secret().clone(), e.path.clone()))
             .collect()
     };
     let held = listed(running);
-    let renames: BTreeMap<String, String> = listed(new)
+    let renames: BTreeMap<CertPath, CertPath> = listed(new)
         .into_iter()
         .filter_map(|(key, path)| {
             let old = held.get(&key)?;
@@ -705,7 +706,7 @@ pub fn with_running_names(running: &Tls, new: &Tls) -> Tls {
         .map(|e| &mut e.path)
         .chain(out.pem_files.iter_mut().map(|p| &mut p.path))
     {
-        if let Some(name) = renames.get(path.as_str()) {
+        if let Some(name) = renames.get(&*path) {
             path.clone_from(name);
         }
     }
@@ -728,7 +729,7 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
         return;
     }
     let lines_of =
-        |list: &[CrtListEntry], path: &str| list.iter().filter(|e| e.path == path).count();
+        |list: &[CrtListEntry], path: &CertPath| list.iter().filter(|e| e.path == *path).count();
     let added: Vec<&CrtListEntry> = b
         .crt_list
         .iter()
@@ -775,23 +776,23 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
             Some(content) if **content == *pem.content => {}
             Some(_) => {
                 plan.commands.push(Command::SetSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                     pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
             }
             None => {
                 plan.commands.push(Command::NewSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
                 plan.commands.push(Command::SetSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                     pem: pem.content.to_string(),
                 });
                 plan.commands.push(Command::CommitSslCert {
-                    path: pem.path.clone(),
+                    path: pem.path.to_string(),
                 });
             }
         }
@@ -800,20 +801,20 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
     for entry in &removed {
         plan.commands.push(Command::DelSslCrtList {
             crt_list: CRT_LIST.to_string(),
-            path: entry.path.clone(),
+            path: entry.path.to_string(),
         });
     }
     for entry in &added {
         plan.commands.push(Command::AddSslCrtList {
             crt_list: CRT_LIST.to_string(),
-            path: entry.path.clone(),
+            path: entry.path.to_string(),
             sni: entry.sni.clone(),
         });
     }
     for entry in &removed {
         if !b.pem_files.iter().any(|p| p.path == entry.path) {
             plan.commands.push(Command::DelSslCert {
-                path: entry.path.clone(),
+                path: entry.path.to_string(),
             });
         }
     }
@@ -1123,7 +1124,7 @@ mod tests {
     #[test]
     fn appended_lines_must_not_change_which_certificate_a_name_gets() {
         let line = |path: &str, sni: &[&str]| CrtListEntry {
-            path: path.into(),
+            path: CertPath::new(path.to_string(), Key::new("ns", path)),
             sni: sni.iter().map(|s| s.to_string()).collect(),
         };
         let (a, b, c) = (
@@ -1277,7 +1278,7 @@ mod tests {
         let rotated = edge_cluster(&["v1.example.com", "v2.example.com"], other);
         let p = plan_between(&two, &rotated);
         let new_ca = &rotated.model.tls.static_files[0].path;
-        assert!(new_ca.starts_with("certs/ca/ns_ca_"), "{new_ca}");
+        assert!(new_ca.as_str().starts_with("certs/ca/ns_ca_"), "{new_ca}");
         assert_eq!(p.reload_reasons, [format!("{new_ca} changed")]);
         assert!(p.commands.is_empty());
     }

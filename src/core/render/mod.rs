@@ -513,17 +513,23 @@ fn other_files(
     // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults).
     // Certificates are shared with the model, not copied.
     let contents = (model.tls.static_files.iter().chain(&model.tls.pem_files))
-        .map(|pem| (&pem.path, Shared::from(pem.content.clone()), tls_kept))
+        .map(|pem| {
+            (
+                pem.path.as_str(),
+                Shared::from(pem.content.clone()),
+                tls_kept,
+            )
+        })
         .chain(model.errorfiles.iter().map(|page| {
             let bytes = Shared::from(page.content.as_bytes().to_vec());
-            (&page.path, bytes, pages_kept)
+            (page.path.as_str(), bytes, pages_kept)
         }));
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {
             Some(bytes) => bytes,
             None => Content::shared(content),
         };
-        files.insert(path.clone(), bytes);
+        files.insert(path.to_string(), bytes);
     }
     Ok(())
 }
@@ -532,7 +538,7 @@ fn other_files(
 fn crt_list(model: &Model) -> Result<Vec<u8>, RenderError> {
     let mut list = String::new();
     for entry in &model.tls.crt_list {
-        let mut line = entry.path.clone();
+        let mut line = entry.path.to_string();
         for sni in &entry.sni {
             line.push(' ');
             line.push_str(sni);
@@ -847,7 +853,13 @@ mod tests {
         assert!(base.backends.len() >= 30);
         let mut moved = base.clone();
         let backend = std::sync::Arc::make_mut(&mut moved.backends[3]);
-        std::sync::Arc::make_mut(&mut backend.servers).set(0, Some(("10.9.9.9".to_string(), 9999)));
+        std::sync::Arc::make_mut(&mut backend.servers).set(
+            0,
+            Some((
+                crate::model::Address::Ip(std::net::Ipv4Addr::new(10, 9, 9, 9).into()),
+                9999,
+            )),
+        );
         (pipeline, base, moved)
     }
 
@@ -1229,7 +1241,8 @@ mod tests {
             let mut m = m.clone();
             let servers = &mut std::sync::Arc::make_mut(&mut m.backends[i]).servers;
             for (slot, address) in slots {
-                let occupant = (!address.is_empty()).then(|| (address.to_string(), 8080));
+                let occupant = (!address.is_empty())
+                    .then(|| (crate::model::Address::Ip(address.parse().unwrap()), 8080));
                 std::sync::Arc::make_mut(servers).set(*slot, occupant);
             }
             m

@@ -78,7 +78,7 @@ impl Object for SlotsView {
         let index = key.as_usize()?;
         let name = self.names.get(index)?.clone();
         let (address, port) = match self.slots.occupant(index) {
-            Some((address, port)) => (Value::from(address), port),
+            Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), crate::model::UNUSED_SLOT_PORT),
         };
         Some(Value::from_object(SlotView {
@@ -171,7 +171,7 @@ impl Object for SlotRunsView {
             SlotRun::Unused { first, last } => (first, last),
         };
         let (address, port) = match self.slots.occupant(first) {
-            Some((address, port)) => (Value::from(address), port),
+            Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), UNUSED_SLOT_PORT),
         };
         let name = Value::from(self.names.get(first)?.clone());
@@ -533,13 +533,17 @@ mod tests {
         }
     }
 
+    fn ip(text: &str) -> crate::model::Address {
+        crate::model::Address::Ip(text.parse().unwrap())
+    }
+
     /// Templates see a backend's slots as they saw the serialized list: printed, indexed
     /// (from the end too), counted, iterated, as maps.
     #[test]
     fn backend_slots_read_as_the_serialized_list() {
         let mut slots = crate::model::ServerSlots::unused(4);
-        slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
-        slots.set(3, Some(("2001:db8::1".to_string(), 80)));
+        slots.set(1, Some((ip("10.0.0.1"), 8080)));
+        slots.set(3, Some((ip("2001:db8::1"), 80)));
         let backend = backend_with(slots);
         let template = "{{ b.servers }}|{{ b.servers|length }}|{{ b.servers[-1] }}|\
             {{ b.servers[1].address }}|{{ b.servers[0].address is none }}|\
@@ -560,8 +564,8 @@ mod tests {
     fn slot_runs_group_unused_slots_the_same_from_either_form() {
         // Slots: unused, used, unused ×3, used (IPv6), unused: runs 1, 2, 3-5, 6, 7.
         let mut slots = crate::model::ServerSlots::unused(7);
-        slots.set(1, Some(("10.0.0.1".to_string(), 8080)));
-        slots.set(5, Some(("2001:db8::1".to_string(), 80)));
+        slots.set(1, Some((ip("10.0.0.1"), 8080)));
+        slots.set(5, Some((ip("2001:db8::1"), 80)));
         let backend = backend_with(slots);
         let runs = "{{ b.servers|slot_runs|length }}:\
             {% for r in b.servers|slot_runs %}{{ r.name }}={{ r.address }}:{{ r.port }}\

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::Translator;
 use super::exposure::{EndpointRule, Exposure, ResolvedNames};
 use crate::diagnostics::Severity;
+use crate::model::Address;
 use crate::objects::{Key, Kind, ObjectRef, Service, ServicePort};
 use crate::store::Store;
 use crate::translate::slots::Endpoint;
@@ -159,13 +160,13 @@ pub fn external_endpoints(external: &External) -> Vec<Endpoint> {
         Some(addresses) => {
             let mut chosen: Vec<Endpoint> = addresses
                 .iter()
-                .map(|a| (address_text(a), external.port))
+                .map(|a| (Address::Ip(*a), external.port))
                 .collect();
             chosen.sort();
             chosen.dedup();
             chosen
         }
-        None => vec![(external.name.clone(), external.port)],
+        None => vec![(Address::Name(external.name.as_str().into()), external.port)],
     }
 }
 
@@ -186,8 +187,7 @@ fn to_port(n: i32) -> Result<u16, String> {
 /// The endpoints traffic should go to: ready endpoints; when none is ready, the serving ones
 /// that are terminating (so a rollout's last pods still answer). Sorted, without duplicates.
 /// Target ports come from the EndpointSlice port with the Service port's name, which is how
-/// a named `targetPort` is resolved. Addresses are written canonically (as the API requires
-/// them, so as they were written); an endpoint without an IP address is skipped, and so is
+/// a named `targetPort` is resolved. An endpoint without an IP address is skipped, and so is
 /// one the port's [`EndpointRule`] refuses (reported by [`Translator::refused_endpoints`]).
 pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpoint> {
     let mut ready = Vec::new();
@@ -213,7 +213,7 @@ pub fn endpoints(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<Endpo
             if check && port.endpoints.refusal(ip, number).is_some() {
                 continue;
             }
-            let address = address_text(&ip);
+            let address = Address::Ip(ip);
             let is_ready = endpoint.ready.unwrap_or(true);
             let is_serving = endpoint.serving.unwrap_or(is_ready);
             let is_terminating = endpoint.terminating.unwrap_or(false);
@@ -330,56 +330,14 @@ impl Translator<'_> {
     }
 }
 
-/// An endpoint's address as HAProxy reads it: what `Display` writes, but an IPv4 address
-/// without the formatting machinery, which cost about 1 300 instructions an endpoint.
-fn address_text(address: &IpAddr) -> String {
-    let IpAddr::V4(v4) = address else {
-        return address.to_string();
-    };
-    let mut text = String::with_capacity(15);
-    for (i, octet) in v4.octets().into_iter().enumerate() {
-        if i > 0 {
-            text.push('.');
-        }
-        if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
-        }
-        text.push(char::from(b'0' + octet % 10));
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::objects::Object;
 
-    proptest::proptest! {
-        #[test]
-        fn address_text_is_display(octets in proptest::prelude::any::<[u8; 4]>(), v6 in proptest::prelude::any::<[u16; 8]>()) {
-            let v4 = IpAddr::from(octets);
-            proptest::prop_assert_eq!(address_text(&v4), v4.to_string());
-            let v6 = IpAddr::from(v6);
-            proptest::prop_assert_eq!(address_text(&v6), v6.to_string());
-        }
-    }
-
-    #[test]
-    fn address_text_at_the_octet_edges() {
-        for (octets, text) in [
-            ([0, 9, 10, 99], "0.9.10.99"),
-            ([100, 199, 200, 255], "100.199.200.255"),
-        ] {
-            assert_eq!(address_text(&IpAddr::from(octets)), text);
-        }
-    }
-
     /// The endpoints of Service `ns/web` on port `http` when its one slice (IPv4 or IPv6 by
     /// `address_type`) lists `addresses`, one endpoint each, all ready.
-    fn chosen(address_type: &str, addresses: &[&str]) -> Vec<Endpoint> {
+    fn chosen(address_type: &str, addresses: &[&str]) -> Vec<(String, u16)> {
         let listed: Vec<_> = addresses
             .iter()
             .map(|a| serde_json::json!({"addresses": [a]}))
@@ -399,7 +357,19 @@ mod tests {
             external: None,
             endpoints: EndpointRule::default(),
         };
-        endpoints(&Store::from_objects([slice]), &Key::new("ns", "web"), &port)
+        written(endpoints(
+            &Store::from_objects([slice]),
+            &Key::new("ns", "web"),
+            &port,
+        ))
+    }
+
+    /// Endpoints as HAProxy is given them.
+    fn written(endpoints: Vec<Endpoint>) -> Vec<(String, u16)> {
+        endpoints
+            .into_iter()
+            .map(|(a, p)| (a.to_string(), p))
+            .collect()
     }
 
     #[test]
@@ -417,7 +387,7 @@ mod tests {
             ("0x0a.0.0.1", None),
             ("pod.example", None),
         ] {
-            let expected: Vec<Endpoint> = expected
+            let expected: Vec<(String, u16)> = expected
                 .map(|a| (a.to_string(), 8080))
                 .into_iter()
                 .collect();
@@ -530,6 +500,13 @@ mod tests {
         assert_eq!(
             external_endpoints(&resolve("db.example.com")),
             [
+                (Address::Ip("192.0.2.7".parse().unwrap()), 6060),
+                (Address::Ip("192.0.2.8".parse().unwrap()), 6060)
+            ]
+        );
+        assert_eq!(
+            written(external_endpoints(&resolve("db.example.com"))),
+            [
                 ("192.0.2.7".to_string(), 6060),
                 ("192.0.2.8".to_string(), 6060)
             ]
@@ -550,7 +527,7 @@ mod tests {
         let named = resolve_port(&external("db.example.com"), &by_number(80), &on, None).unwrap();
         assert_eq!(
             external_endpoints(&named.external.unwrap()),
-            [("db.example.com".to_string(), 6060)]
+            [(Address::Name("db.example.com".into()), 6060)]
         );
     }
 
@@ -595,7 +572,7 @@ mod tests {
     fn endpoints_of(store: &Store, service: &Key, port: &ResolvedPort) -> Vec<String> {
         endpoints(store, service, port)
             .into_iter()
-            .map(|(a, _)| a)
+            .map(|(a, _)| a.to_string())
             .collect()
     }
 

@@ -204,7 +204,7 @@ mod tests {
         assert!(
             moved
                 .iter()
-                .any(|s| s.address.as_deref() == Some("10.0.0.3"))
+                .any(|s| s.address.is_some_and(|a| a.to_string() == "10.0.0.3"))
         );
     }
 }

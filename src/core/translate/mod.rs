@@ -109,6 +109,9 @@ pub struct RunInputs {
     pub previous_certificates: Arc<BTreeMap<Key, crate::model::PemFile>>,
     /// The resolver's answers for ExternalName names (`run`); `None` renders the names.
     pub external_names: Option<Arc<exposure::ResolvedNames>>,
+    /// Certificate files HAProxy refused (`run`), with its words: their Secrets' hosts are
+    /// served without them (see [`tls::Unserved::Refused`]).
+    pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -139,6 +142,8 @@ pub struct Reuse {
     pub previous_read: Vec<(Key, Option<crate::model::PemFile>)>,
     /// The resolver's answers the run used.
     pub external_names: Option<Arc<exposure::ResolvedNames>>,
+    /// The refused certificates the run left out.
+    pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
 }
 
 /// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
@@ -200,6 +205,7 @@ impl Reuse {
         };
         time_holds
             && self.external_names == inputs.external_names
+            && self.refused_certificates == inputs.refused_certificates
             && self
                 .previous_read
                 .iter()
@@ -315,11 +321,13 @@ pub fn translate<'a>(
             .then_with(|| a.0.cmp(b.0))
     });
     t.tcp_objects(&tcps);
-    // The ConfigMap's `ssl-certificate` replaces --default-ssl-certificate when it loads.
+    // The ConfigMap's `ssl-certificate` replaces --default-ssl-certificate when it loads, and
+    // when HAProxy refused it (its hosts are then served without a default certificate).
+    let mut replaced = false;
     if let Some(reference) = &global.tls.ssl_certificate {
-        t.default_certificate_from(&tls_edge::secret_key(reference), "ssl-certificate");
+        replaced = t.default_certificate_from(&tls_edge::secret_key(reference), "ssl-certificate");
     }
-    if t.default_certificate.is_none() {
+    if !replaced {
         if let Some(key) = &config.default_ssl_certificate {
             t.default_certificate(key);
         }
@@ -348,7 +356,7 @@ struct Translator<'a> {
     redirects: Vec<RedirectClaim>,
     tls_entries: Vec<CrtListEntry>,
     default_certificate: Option<CrtListEntry>,
-    pem_files: BTreeMap<String, Arc<str>>,
+    pem_files: BTreeMap<crate::model::CertPath, Arc<str>>,
     /// The default backend and what chose it, for messages.
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
@@ -360,7 +368,7 @@ struct Translator<'a> {
     /// `ssl-passthrough` hosts, resolved into the SNI map in `finish`.
     passthrough: Vec<tls_edge::PassthroughClaim>,
     /// Files haproxy.cfg names directly (CA bundles, client certificates to the pods).
-    static_files: BTreeMap<String, Arc<str>>,
+    static_files: BTreeMap<crate::model::CertPath, Arc<str>>,
     reuse: Reuse,
     /// Parts of the last run this one may take.
     prior: Option<parts::Prior<'a>>,
@@ -643,6 +651,7 @@ impl<'a> Translator<'a> {
             reuse: Reuse {
                 knew_time: inputs.now_unix.is_some(),
                 external_names: inputs.external_names.clone(),
+                refused_certificates: inputs.refused_certificates.clone(),
                 ..Reuse::default()
             },
             prior,
@@ -1183,6 +1192,8 @@ impl<'a> Translator<'a> {
                         sni: hosts.clone(),
                     });
                 }
+                // Reported on the Secret.
+                Err(tls::Unserved::Refused) => {}
                 Err(e) => self.diags.object(
                     Severity::Error,
                     &object,
@@ -1238,12 +1249,13 @@ impl<'a> Translator<'a> {
         previous
     }
 
-    /// Writes (once) the PEM file for a TLS Secret and returns its path.
-    fn certificate(&mut self, key: &Key) -> Result<String, String> {
+    /// Writes (once) the PEM file for a TLS Secret and returns its path. A file HAProxy
+    /// refused is left out, with an error on its Secret.
+    fn certificate(&mut self, key: &Key) -> Result<crate::model::CertPath, tls::Unserved> {
         let secret = self
             .store
             .secret(key)
-            .ok_or_else(|| "does not exist".to_string())?;
+            .ok_or_else(|| tls::Unserved::Unusable("does not exist".to_string()))?;
         let (pem, end) = match self.memo.certificate(key, secret) {
             (Ok(pem), end) => (pem, end),
             // An invalid update of a Secret whose certificate is in force: keep that one.
@@ -1263,7 +1275,7 @@ impl<'a> Translator<'a> {
                     let end = tls::not_after(&pem.content);
                     (pem, end)
                 }
-                None => return Err(e),
+                None => return Err(tls::Unserved::Unusable(e)),
             },
         };
         if let Some(end) = end {
@@ -1289,6 +1301,17 @@ impl<'a> Translator<'a> {
                     );
                 }
             }
+        }
+        if let Some(words) = self.inputs.refused_certificates.get(pem.path.as_str()) {
+            self.diags.object(
+                Severity::Error,
+                &ObjectRef::new(Kind::Secret, key),
+                "data",
+                format!(
+                    "HAProxy refused this certificate; its hosts are served without it: {words}"
+                ),
+            );
+            return Err(tls::Unserved::Refused);
         }
         self.pem_files.insert(pem.path.clone(), pem.content);
         Ok(pem.path)
@@ -1327,21 +1350,26 @@ impl<'a> Translator<'a> {
     }
 
     /// The default certificate from the ConfigMap's `field`; problems are reported on the
-    /// Secret under that key.
-    fn default_certificate_from(&mut self, key: &Key, field: &str) {
+    /// Secret under that key. Whether it loaded or HAProxy refused it.
+    fn default_certificate_from(&mut self, key: &Key, field: &str) -> bool {
         match self.certificate(key) {
             Ok(path) => {
                 self.default_certificate = Some(CrtListEntry {
                     path,
                     sni: Vec::new(),
                 });
+                true
             }
-            Err(e) => self.diags.object(
-                Severity::Error,
-                &ObjectRef::new(Kind::Secret, key),
-                field,
-                e,
-            ),
+            Err(tls::Unserved::Refused) => true,
+            Err(e) => {
+                self.diags.object(
+                    Severity::Error,
+                    &ObjectRef::new(Kind::Secret, key),
+                    field,
+                    e.to_string(),
+                );
+                false
+            }
         }
     }
 
@@ -1353,11 +1381,12 @@ impl<'a> Translator<'a> {
                     sni: Vec::new(),
                 });
             }
+            Err(tls::Unserved::Refused) => {}
             Err(e) => self.diags.object(
                 Severity::Error,
                 &ObjectRef::new(Kind::Secret, key),
                 "--default-ssl-certificate",
-                e,
+                e.to_string(),
             ),
         }
     }

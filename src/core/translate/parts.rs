@@ -21,7 +21,7 @@ use super::backends::ResolvedPort;
 use super::routes::{RedirectClaim, RouteCandidate, SortedClaims};
 use super::tls_edge::PassthroughClaim;
 use crate::diagnostics::Diagnostic;
-use crate::model::{Backend, CrtListEntry, FrontendCapture, PemFile, RouteSettings, Tls};
+use crate::model::{Backend, CertPath, CrtListEntry, FrontendCapture, PemFile, RouteSettings, Tls};
 use crate::objects::{Key, ObjectRef};
 
 /// What translating one Ingress (its rules and TLS section; its default backend is not part
@@ -45,7 +45,7 @@ pub struct IngressPart {
     pub(super) backends: Vec<Arc<Registration>>,
     pub(super) captures: Vec<FrontendCapture>,
     pub(super) userlists: Userlists,
-    pub(super) pem_files: Vec<(String, Arc<str>)>,
+    pub(super) pem_files: Vec<(CertPath, Arc<str>)>,
     pub(super) diagnostics: Vec<Diagnostic>,
     pub(super) previous_read: Vec<(Key, Option<PemFile>)>,
     pub(super) stable_until: Option<i64>,
@@ -126,10 +126,10 @@ impl PartsTls {
     }
 
     /// The certificate files of `parts` (which these were gathered from), by path.
-    pub(super) fn pem_files(parts: &[Arc<IngressPart>]) -> BTreeMap<&str, &Arc<str>> {
+    pub(super) fn pem_files(parts: &[Arc<IngressPart>]) -> BTreeMap<&CertPath, &Arc<str>> {
         let mut files = BTreeMap::new();
         for (path, content) in parts.iter().flat_map(|p| &p.pem_files) {
-            files.entry(path.as_str()).or_insert(content);
+            files.entry(path).or_insert(content);
         }
         files
     }
@@ -152,8 +152,8 @@ pub(super) struct TlsKept {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct TlsMain {
     pub(super) default_certificate: Option<CrtListEntry>,
-    pub(super) pem_files: BTreeMap<String, Arc<str>>,
-    pub(super) static_files: BTreeMap<String, Arc<str>>,
+    pub(super) pem_files: BTreeMap<CertPath, Arc<str>>,
+    pub(super) static_files: BTreeMap<CertPath, Arc<str>>,
     pub(super) alpn: Vec<String>,
     pub(super) strict_sni: bool,
     pub(super) client_auth: Option<crate::model::ClientAuth>,
@@ -173,11 +173,11 @@ impl TlsMain {
         for (path, content) in &self.pem_files {
             pem_files.entry(path).or_insert(content);
         }
-        let files = |files: BTreeMap<&str, &Arc<str>>| {
+        let files = |files: BTreeMap<&CertPath, &Arc<str>>| {
             files
                 .into_iter()
                 .map(|(path, content)| PemFile {
-                    path: path.to_string(),
+                    path: path.clone(),
                     content: content.clone(),
                 })
                 .collect()
@@ -188,12 +188,7 @@ impl TlsMain {
             alpn: self.alpn.clone(),
             strict_sni: self.strict_sni,
             client_auth: self.client_auth.clone(),
-            static_files: files(
-                self.static_files
-                    .iter()
-                    .map(|(p, c)| (p.as_str(), c))
-                    .collect(),
-            ),
+            static_files: files(self.static_files.iter().collect()),
         }
     }
 }
@@ -287,7 +282,7 @@ pub struct BackendPart {
     pub(super) build: Arc<Registration>,
     pub(super) backend: Arc<Backend>,
     pub(super) diagnostics: Vec<Diagnostic>,
-    pub(super) static_files: Vec<(String, Arc<str>)>,
+    pub(super) static_files: Vec<(CertPath, Arc<str>)>,
     /// Whether its servers follow its Service's endpoints (see `Reuse::endpoint_users`).
     pub(super) follows_endpoints: bool,
     /// Operations of the backend hook, charged again when the part is taken.

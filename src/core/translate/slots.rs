@@ -9,8 +9,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::model::Address;
+
 /// An endpoint address and port.
-pub type Endpoint = (String, u16);
+pub type Endpoint = (Address, u16);
 
 /// How many slots a backend with `endpoints` endpoints gets: the smallest multiple of `block`
 /// that holds them all, and at least one block.
@@ -65,8 +67,10 @@ pub fn assign(endpoints: &[Endpoint], slots: usize) -> Vec<Option<usize>> {
     occupant
 }
 
-/// FNV-1a of `"{address}:{port}"`, without building the string.
-fn endpoint_hash(address: &str, port: u16) -> u64 {
+/// FNV-1a of `"{address}:{port}"` (the address as HAProxy reads it), without building the
+/// string. The text, not the typed address, is hashed: it is what every replica, of every
+/// version, agrees on.
+fn endpoint_hash(address: &Address, port: u16) -> u64 {
     let mut digits = [0u8; 5];
     let mut at = digits.len();
     let mut rest = port;
@@ -78,7 +82,7 @@ fn endpoint_hash(address: &str, port: u16) -> u64 {
             break;
         }
     }
-    let h = fnv1a(FNV_OFFSET, address.as_bytes());
+    let h = address.with_text(|text| fnv1a(FNV_OFFSET, text.as_bytes()));
     let h = fnv1a(h, b":");
     fnv1a(h, &digits[at..])
 }
@@ -107,9 +111,15 @@ fn score(endpoint_hash: u64, slot: usize) -> u64 {
 mod tests {
     use std::collections::BTreeMap;
 
+    use std::net::IpAddr;
+
     use proptest::prelude::*;
 
     use super::*;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> Address {
+        Address::Ip(IpAddr::from([a, b, c, d]))
+    }
 
     fn placement(endpoints: &[Endpoint], slots: usize) -> BTreeMap<Endpoint, usize> {
         assign(endpoints, slots)
@@ -122,7 +132,7 @@ mod tests {
     fn endpoint_set() -> impl Strategy<Value = Vec<Endpoint>> {
         prop::collection::btree_set((0u8..=255, 0u8..=255, 8000u16..8004), 1..40).prop_map(|set| {
             set.into_iter()
-                .map(|(a, b, p)| (format!("10.0.{a}.{b}"), p))
+                .map(|(a, b, p)| (v4(10, 0, a, b), p))
                 .collect()
         })
     }
@@ -163,13 +173,13 @@ mod tests {
     #[test]
     fn endpoint_hash_is_fnv_of_address_colon_port() {
         for (address, port) in [
-            ("10.0.0.1", 0u16),
-            ("10.0.0.1", 8080),
-            ("::1", 65535),
-            ("", 7),
+            (v4(10, 0, 0, 1), 0u16),
+            (v4(10, 0, 0, 1), 8080),
+            (Address::Ip("::1".parse().unwrap()), 65535),
+            (Address::Name("db.example.com".into()), 7),
         ] {
             assert_eq!(
-                endpoint_hash(address, port),
+                endpoint_hash(&address, port),
                 fnv1a(FNV_OFFSET, format!("{address}:{port}").as_bytes())
             );
         }
@@ -178,7 +188,7 @@ mod tests {
     #[test]
     fn a_few_slots_are_known() {
         // Pinned: a change of the hash or the score moves every replica's servers.
-        let endpoints: Vec<Endpoint> = (1..=3).map(|i| (format!("10.0.0.{i}"), 8080)).collect();
+        let endpoints: Vec<Endpoint> = (1..=3).map(|i| (v4(10, 0, 0, i), 8080)).collect();
         let occupants = assign(&endpoints, 42);
         assert_eq!(occupants, assign_by_sorting_pairs(&endpoints, 42));
         let used: Vec<(usize, usize)> = occupants
@@ -192,7 +202,7 @@ mod tests {
     #[test]
     fn large_services_match_the_sorted_pairs() {
         let endpoints: Vec<Endpoint> = (0..300u32)
-            .map(|i| (format!("10.2.{}.{}", i / 250, i % 250), 8080))
+            .map(|i| (v4(10, 2, (i / 250) as u8, (i % 250) as u8), 8080))
             .collect();
         for slots in [300, 336, 420] {
             assert_eq!(
@@ -232,7 +242,7 @@ mod tests {
             endpoints in endpoint_set(),
             extra in (0u8..=255, 0u8..=255),
         ) {
-            let new = (format!("10.1.{}.{}", extra.0, extra.1), 9000u16);
+            let new = (v4(10, 1, extra.0, extra.1), 9000u16);
             let slots = 42;
             prop_assume!(endpoints.len() < slots);
             let before = placement(&endpoints, slots);
@@ -256,12 +266,17 @@ mod tests {
         let mut total_moved = 0;
         for round in 0..300u32 {
             let endpoints: Vec<Endpoint> = (0..20u32)
-                .map(|i| (format!("10.{}.{}.{}", round % 250, i, round / 250), 8080))
+                .map(|i| {
+                    (
+                        v4(10, (round % 250) as u8, i as u8, (round / 250) as u8),
+                        8080,
+                    )
+                })
                 .collect();
             let mut sorted = endpoints.clone();
             sorted.sort();
             let before = placement(&sorted, 42);
-            sorted.push((format!("10.200.{round}.1"), 8080));
+            sorted.push((v4(10, 200, round as u8, 1), 8080));
             sorted.sort();
             let after = placement(&sorted, 42);
             total_moved += before

@@ -18,12 +18,31 @@ use x509_cert::certificate::{CertificateInner, Raw};
 use x509_cert::der::Decode;
 use x509_cert::spki::SubjectPublicKeyInfoOwned;
 
-use crate::model::PemFile;
+use crate::model::{CertPath, PemFile};
 use crate::objects::Key;
 
+/// Why a TLS Secret's certificate is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unserved {
+    /// The Secret is missing or holds no usable certificate: why.
+    Unusable(String),
+    /// HAProxy refused its file (an input of the run, reported on the Secret).
+    Refused,
+}
+
+impl std::fmt::Display for Unserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unserved::Unusable(why) => f.write_str(why),
+            Unserved::Refused => f.write_str("HAProxy refused its certificate"),
+        }
+    }
+}
+
 /// `<dir>/<namespace>_<name>_<hash>.pem`: the hash is the first 16 hex digits of the
-/// content's SHA-256 (neither the namespace nor the name can hold `_`).
-pub fn file_path(dir: &str, key: &Key, content: &str) -> String {
+/// content's SHA-256 (neither the namespace nor the name can hold `_`), so two Secrets never
+/// share a name.
+pub fn file_path(dir: &str, key: &Key, content: &str) -> CertPath {
     let digest = Sha256::digest(content.as_bytes());
     let mut path = format!("{dir}/{}_{}_", key.namespace, key.name);
     for b in &digest[..8] {
@@ -31,22 +50,10 @@ pub fn file_path(dir: &str, key: &Key, content: &str) -> String {
         path.push(char::from(HEX[usize::from(b & 15)]));
     }
     path.push_str(".pem");
-    path
+    CertPath::new(path, key.clone())
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// The Secret a certificate file under `certs/` was made from (see [`file_path`]).
-pub fn secret_of_path(path: &str) -> Option<Key> {
-    let stem = path.strip_prefix("certs/")?.strip_suffix(".pem")?;
-    let (secret, hash) = stem.rsplit_once('_')?;
-    let (ns, name) = secret.split_once('_')?;
-    let well_formed = !ns.contains('/')
-        && !name.contains('_')
-        && hash.len() == 16
-        && hash.bytes().all(|b| b.is_ascii_hexdigit());
-    well_formed.then(|| Key::new(ns, name))
-}
 
 /// An X.509 certificate in strict DER, read as OpenSSL (and so HAProxy) reads it: without
 /// RFC 5280's profile checks, which would refuse, say, a serial number longer than 20 bytes
@@ -344,7 +351,8 @@ mod tests {
         ] {
             let pem = pem_file(&key, &secret(crt, k)).unwrap();
             assert_eq!(pem.path, file_path("certs", &key, &pem.content));
-            assert!(pem.path.starts_with("certs/ns_s_"), "{}", pem.path);
+            assert!(pem.path.as_str().starts_with("certs/ns_s_"), "{}", pem.path);
+            assert_eq!(pem.path.secret(), &key);
             assert!(pem.content.contains("-----BEGIN CERTIFICATE-----"));
         }
     }
@@ -493,11 +501,12 @@ mod tests {
         let b = file_path("certs", &key, "two");
         assert_ne!(a, b);
         assert_eq!(a, file_path("certs", &key, "one"));
-        assert_eq!(a.len(), "certs/ns_web-tls_.pem".len() + 16);
-        assert_eq!(secret_of_path(&a), Some(key.clone()));
-        // Only certs/ itself, and only names this module makes.
-        assert_eq!(secret_of_path(&file_path("certs/ca", &key, "one")), None);
-        assert_eq!(secret_of_path("certs/ns_web-tls.pem"), None);
-        assert_eq!(secret_of_path("certs/crt-list.txt"), None);
+        assert_eq!(a.as_str().len(), "certs/ns_web-tls_.pem".len() + 16);
+        assert!(a.as_str().starts_with("certs/ns_web-tls_"), "{a}");
+        assert_eq!(a.secret(), &key);
+        // Names of different Secrets differ, whatever the content.
+        let other = Key::new("ns-web", "tls");
+        assert_ne!(file_path("certs", &other, "one"), a);
+        assert_eq!(file_path("certs/ca", &key, "one").secret(), &key);
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{BackendSettings, MapEntry, PemFile};
+use crate::model::{BackendSettings, CertPath, MapEntry, PemFile};
 #[cfg(test)]
 use crate::objects::Kind;
 use crate::objects::{Key, ObjectRef};
@@ -210,7 +210,7 @@ pub fn resolve_server_tls(
     store: &Store,
     service: &ObjectRef,
     diags: &mut Diagnostics,
-    files: &mut BTreeMap<String, std::sync::Arc<str>>,
+    files: &mut BTreeMap<CertPath, std::sync::Arc<str>>,
 ) {
     // Settings without TLS to the pods stay shared.
     if settings.server_ca.is_none() && settings.server_crt.is_none() {
@@ -221,7 +221,7 @@ pub fn resolve_server_tls(
     if let Some(reference) = settings.server_ca.clone() {
         match ca_file(store, &reference) {
             Ok(pem) => {
-                settings.server_ca_file = Some(pem.path.clone());
+                settings.server_ca_file = Some(pem.path.to_string());
                 files.insert(pem.path, pem.content);
             }
             Err(e) => {
@@ -238,7 +238,7 @@ pub fn resolve_server_tls(
     if let Some(reference) = settings.server_crt.clone() {
         match client_certificate(store, &reference) {
             Ok(pem) => {
-                settings.server_crt_file = Some(pem.path.clone());
+                settings.server_crt_file = Some(pem.path.to_string());
                 files.insert(pem.path, pem.content);
             }
             Err(e) => {
@@ -391,5 +391,86 @@ mod tests {
             ["a.example.com tcp_ns_a_443", "b.example.com tcp_ns_c_443"]
         );
         assert_eq!(diags.len(), 1);
+    }
+
+    /// A certificate file HAProxy refused, given to the run, is left out as if its Secret
+    /// had none, with an error on the Secret and none on the Ingress; without a certificate
+    /// left there is no redirect to HTTPS. A warm pipeline gives what a fresh one does, and
+    /// serves the certificate again once the refusal is gone.
+    #[test]
+    fn a_refused_certificate_is_left_out_and_reported_on_its_secret() {
+        use crate::objects::Object;
+        use crate::pipeline::Pipeline;
+        use crate::translate::{RunInputs, TranslateConfig};
+        use serde_json::json;
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                   "metadata": {"name": "a-tls", "namespace": "ns"},
+                   "stringData": {"tls.crt": include_str!("../../../tests/fixtures/tls/rsa.crt"),
+                                  "tls.key": include_str!("../../../tests/fixtures/tls/rsa.key")}}),
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "web", "namespace": "ns"},
+                   "spec": {"ports": [{"name": "http", "port": 80}]}}),
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                   "metadata": {"name": "web", "namespace": "ns"},
+                   "spec": {"tls": [{"hosts": ["a.com"], "secretName": "a-tls"}],
+                            "rules": [{"host": "a.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                                "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}}),
+        ];
+        let store = Store::from_objects(objects.map(|v| Object::from_value(v).unwrap()));
+        let pipeline = || {
+            let config = TranslateConfig {
+                version: "test".into(),
+                watch_ingress_without_class: true,
+                ..TranslateConfig::default()
+            };
+            Pipeline::load(None, None, config).unwrap()
+        };
+        let warm = pipeline();
+        let served = warm.run_with(&store, &RunInputs::default()).unwrap();
+        assert!(served.model.tls.enabled());
+        assert!(!served.model.maps.ssl_redirect.is_empty());
+        let path = served.model.tls.crt_list[0].path.clone();
+        assert_eq!(path.secret(), &Key::new("ns", "a-tls"));
+
+        let inputs = RunInputs {
+            refused_certificates: std::sync::Arc::new(
+                [(path.clone(), "unable to load certificate".to_string())].into(),
+            ),
+            ..RunInputs::default()
+        };
+        let refused = warm.run_with(&store, &inputs).unwrap();
+        let fresh = pipeline().run_with(&store, &inputs).unwrap();
+        assert_eq!(refused.model, fresh.model);
+        assert_eq!(refused.rendered, fresh.rendered);
+        assert_eq!(refused.diagnostics, fresh.diagnostics);
+        assert!(!refused.model.tls.enabled());
+        assert!(refused.model.tls.pem_files.is_empty());
+        assert!(refused.model.maps.ssl_redirect.is_empty());
+        assert!(refused.model.redirect_codes.is_empty());
+        let mut expected = served.diagnostics.clone();
+        expected.push(crate::diagnostics::Diagnostic {
+            severity: crate::diagnostics::Severity::Error,
+            subject: crate::diagnostics::Subject::Object(ObjectRef::new(
+                Kind::Secret,
+                &Key::new("ns", "a-tls"),
+            )),
+            field: Some("data".to_string()),
+            message: "HAProxy refused this certificate; its hosts are served without it: unable to load certificate".to_string(),
+        });
+        expected.sort();
+        assert_eq!(refused.diagnostics, expected);
+
+        // A refusal of another content of the Secret leaves this one served.
+        let other = crate::translate::tls::file_path("certs", path.secret(), "older content");
+        let inputs = RunInputs {
+            refused_certificates: std::sync::Arc::new([(other, "refused".to_string())].into()),
+            ..RunInputs::default()
+        };
+        assert_eq!(warm.run_with(&store, &inputs).unwrap().model, served.model);
+        assert_eq!(
+            warm.run_with(&store, &RunInputs::default()).unwrap().model,
+            served.model
+        );
     }
 }
