@@ -56,11 +56,6 @@ pub enum RenderError {
     },
     #[error("{file}: refusing to write entry {line:?}: it is not a single key and value")]
     UnsafeMapEntry { file: &'static str, line: String },
-    #[error("writing {path}: {source}")]
-    WriteFile {
-        path: String,
-        source: std::io::Error,
-    },
 }
 
 /// What templates see besides the model: where the auxiliary files are.
@@ -121,26 +116,6 @@ impl RenderedConfig {
     /// be traced to the proxy (and through the model to the objects) that produced it.
     pub fn sections(&self) -> Vec<Section> {
         Section::all(&self.haproxy_cfg())
-    }
-
-    /// Writes every file under `dir`, creating subdirectories.
-    pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
-        for (name, bytes) in self.files.iter() {
-            let path = dir.join(name);
-            let write = || -> std::io::Result<()> {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let mut f = std::fs::File::create(&path)?;
-                bytes.write_to(&mut f)?;
-                f.sync_all()
-            };
-            write().map_err(|source| RenderError::WriteFile {
-                path: path.display().to_string(),
-                source,
-            })?;
-        }
-        Ok(())
     }
 }
 
