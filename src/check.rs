@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::render::{CONFIG_FILE, RenderError, RenderedConfig};
+use crate::render::{CONFIG_FILE, RenderedConfig};
 
 /// Checking could not be done, or HAProxy rejected the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -12,8 +12,11 @@ pub enum CheckError {
     Spawn { bin: String, source: std::io::Error },
     #[error("creating a temporary directory: {0}")]
     TempDir(std::io::Error),
-    #[error(transparent)]
-    Write(#[from] RenderError),
+    #[error("writing {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
     /// HAProxy's own words: its ALERT lines, or everything it printed if it printed none.
     #[error("HAProxy rejected the configuration:\n{}", .messages.join("\n"))]
     Rejected { messages: Vec<String> },
@@ -22,8 +25,29 @@ pub enum CheckError {
 /// Writes `config` to a temporary directory and runs `haproxy -c` on it.
 pub fn check_config(haproxy_bin: &str, config: &RenderedConfig) -> Result<(), CheckError> {
     let dir = tempfile::tempdir().map_err(CheckError::TempDir)?;
-    config.write_to(dir.path())?;
+    write_config(config, dir.path())?;
     check_file(haproxy_bin, &dir.path().join(CONFIG_FILE))
+}
+
+/// Writes every file of `config` under `dir`, creating subdirectories (`portcullis render
+/// --out`, and the directory `haproxy -c` checks).
+pub fn write_config(config: &RenderedConfig, dir: &Path) -> Result<(), CheckError> {
+    for (name, content) in config.files() {
+        let path = dir.join(name);
+        let write = || -> std::io::Result<()> {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            let mut f = std::fs::File::create(&path)?;
+            content.write_to(&mut f)?;
+            f.sync_all()
+        };
+        write().map_err(|source| CheckError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Runs `haproxy -c -f <path>`.

@@ -84,7 +84,7 @@ fn main() -> ExitCode {
             };
             match &args.out {
                 Some(dir) => {
-                    if let Err(e) = output.rendered.write_to(dir) {
+                    if let Err(e) = portcullis::check::write_config(&output.rendered, dir) {
                         eprintln!("error: {e}");
                         return ExitCode::from(exit::ENVIRONMENT);
                     }

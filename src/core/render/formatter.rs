@@ -27,9 +27,9 @@ fn first_forbidden(s: &str) -> Option<char> {
 
 /// The formatter installed in the environment.
 pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
-    // A backend section prints as its mark, replaced by the text once the render is done.
-    if let Some(section) = value.downcast_object_ref::<super::fragments::Section>() {
-        return out.write_str(&section.mark).map_err(write_error);
+    // A backend section prints as its text, which haproxy.cfg's writer places by itself.
+    if let Some(section) = value.downcast_object_ref::<super::sections::Section>() {
+        return section.print(out).map_err(write_error);
     }
     match value.kind() {
         ValueKind::Undefined | ValueKind::None => {

@@ -7,7 +7,9 @@
 mod bundled;
 mod content;
 pub mod formatter;
-mod fragments;
+mod section_cache;
+mod sections;
+mod views;
 
 pub use content::Content;
 use content::Shared;
@@ -54,11 +56,6 @@ pub enum RenderError {
     },
     #[error("{file}: refusing to write entry {line:?}: it is not a single key and value")]
     UnsafeMapEntry { file: &'static str, line: String },
-    #[error("writing {path}: {source}")]
-    WriteFile {
-        path: String,
-        source: std::io::Error,
-    },
 }
 
 /// What templates see besides the model: where the auxiliary files are.
@@ -119,26 +116,6 @@ impl RenderedConfig {
     /// be traced to the proxy (and through the model to the objects) that produced it.
     pub fn sections(&self) -> Vec<Section> {
         Section::all(&self.haproxy_cfg())
-    }
-
-    /// Writes every file under `dir`, creating subdirectories.
-    pub fn write_to(&self, dir: &Path) -> Result<(), RenderError> {
-        for (name, bytes) in self.files.iter() {
-            let path = dir.join(name);
-            let write = || -> std::io::Result<()> {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                let mut f = std::fs::File::create(&path)?;
-                bytes.write_to(&mut f)?;
-                f.sync_all()
-            };
-            write().map_err(|source| RenderError::WriteFile {
-                path: path.display().to_string(),
-                source,
-            })?;
-        }
-        Ok(())
     }
 }
 
@@ -217,11 +194,12 @@ pub struct Renderer {
     /// The last haproxy.cfg [`Renderer::render_config_cached`] made, by the fingerprint of
     /// its model.
     last_config: std::sync::Mutex<Option<(u128, Content)>>,
-    /// Backend sections rendered by `backend_section` (see [`fragments`]).
-    fragments: std::sync::Arc<std::sync::Mutex<fragments::Fragments>>,
+    /// Backend sections remembered across renders (see [`section_cache`]).
+    sections: std::sync::Arc<section_cache::SectionCache>,
     /// Where the sections sit in the last renderings, for [`Renderer::render_patched`].
-    layouts: std::sync::Mutex<std::collections::VecDeque<fragments::Layout>>,
-    /// Threads that render sections ahead of a full render (see [`fragments::render_ahead`]).
+    layouts: std::sync::Mutex<std::collections::VecDeque<sections::Layout>>,
+    /// Threads that render sections ahead of a full render (see
+    /// [`section_cache::SectionCache::render_ahead`]).
     workers: crate::parallel::Workers,
 }
 
@@ -246,8 +224,8 @@ impl Renderer {
             env.set_syntax(config);
         }
         formatter::register(&mut env);
-        let fragments = std::sync::Arc::default();
-        fragments::register(&mut env, &fragments);
+        let sections = std::sync::Arc::default();
+        sections::register(&mut env, &sections);
         let mut errors = Vec::new();
         for file in &files {
             if let Err(e) = env.add_template_owned(file.name.clone(), file.text.clone()) {
@@ -270,7 +248,7 @@ impl Renderer {
                 env,
                 templates: files,
                 last_config: std::sync::Mutex::new(None),
-                fragments,
+                sections,
                 layouts: std::sync::Mutex::default(),
                 workers: crate::parallel::Workers::default(),
             })
@@ -297,7 +275,7 @@ impl Renderer {
 
     /// How many backend sections this renderer rendered rather than took from memory.
     pub fn sections_rendered(&self) -> u64 {
-        self.fragments.lock().map_or(0, |f| f.rendered_sections())
+        self.sections.rendered_sections()
     }
 
     /// The effective template files.
@@ -355,7 +333,7 @@ impl Renderer {
             .map_or_else(|| name.to_string(), |t| t.display_name("templates"))
     }
 
-    fn remember_layout(&self, layout: fragments::Layout) {
+    fn remember_layout(&self, layout: sections::Layout) {
         if let Ok(mut layouts) = self.layouts.lock() {
             // The planner's blanked render comes between two real ones.
             if layouts.len() == 3 {
@@ -369,7 +347,7 @@ impl Renderer {
     /// `previous`) by rendering again only the backend sections that differ, when `model`
     /// has the same backends by name and differs otherwise only in fields no template read
     /// (a new path changes the map files alone), and the templates allow it (see
-    /// [`fragments`]). The other files are made again where their inputs changed. `None`
+    /// [`sections`]). The other files are made again where their inputs changed. `None`
     /// when a patch cannot give the result: render in full then. The result is what
     /// [`Renderer::render`] gives for `model`.
     pub fn render_patched(
@@ -389,7 +367,7 @@ impl Renderer {
         let Some(layout) = layout else {
             return Ok(None);
         };
-        let patched = fragments::patch(&self.env, &self.fragments, &layout, previous, model)
+        let patched = sections::patch(&self.env, &self.sections, &layout, previous, model)
             .map_err(|e| self.render_error(&e))?;
         let Some(layout) = patched else {
             return Ok(None);
@@ -422,23 +400,21 @@ impl Renderer {
             .env
             .get_template(ENTRY_TEMPLATE)
             .map_err(|e| self.render_error(&e))?;
-        let files_value = fragments::to_value(&FILES);
-        let (ctx, scope) = fragments::begin_render(&self.fragments, model, files_value.clone());
-        fragments::render_ahead(
-            &self.env,
-            &self.fragments,
-            model,
-            &files_value,
-            self.workers,
-        );
-        let raw = template.render(&ctx).map_err(|e| self.render_error(&e))?;
-        let (cfg, layout) = fragments::finish_render(raw, &scope, &ctx).map_err(|message| {
-            RenderError::TemplateRender {
+        let files_value = views::to_value(&FILES);
+        self.sections.begin();
+        let (ctx, scope) = sections::begin_render(model, files_value.clone());
+        self.sections
+            .render_ahead(&self.env, model, &files_value, self.workers);
+        let mut out = sections::Joiner::new(&scope);
+        template
+            .render_captured_to(&ctx, &mut out)
+            .map_err(|e| self.render_error(&e))?;
+        let (cfg, layout) =
+            sections::finish_render(out, &ctx).map_err(|message| RenderError::TemplateRender {
                 file: self.template_file(ENTRY_TEMPLATE),
                 line: 0,
                 message: message.to_string(),
-            }
-        })?;
+            })?;
         if let Some(layout) = layout {
             self.remember_layout(layout);
         }
@@ -1159,8 +1135,8 @@ mod tests {
             .is_none()
     }
 
-    /// A NUL character in template text could pass for a section mark: refused, naming the
-    /// site file.
+    /// HAProxy refuses a configuration holding a NUL character ("Stray NUL character"): a
+    /// template that prints one is refused at render, naming the site file.
     #[test]
     fn a_nul_character_in_the_output_is_refused() {
         let site = tempfile::tempdir().unwrap();
@@ -1170,6 +1146,108 @@ mod tests {
         let err = renderer.render(&base).unwrap_err().to_string();
         assert!(err.contains("NUL"), "{err}");
         assert!(err.contains(&site.path().display().to_string()), "{err}");
+    }
+
+    /// A site entry template whose body is `body` with `SECTION` replaced by `section`.
+    fn entry_renderer(body: &str, section: &str) -> Renderer {
+        let site = tempfile::tempdir().unwrap();
+        std::fs::write(
+            site.path().join(ENTRY_TEMPLATE),
+            body.replace("SECTION", section),
+        )
+        .unwrap();
+        Renderer::load(Some(site.path())).unwrap()
+    }
+
+    /// A section printed into a captured block (a `{% set %}` block, a macro, a `{% call %}`
+    /// block, a filtered block) is its text there, as the include would print; the render is
+    /// then whole, and not patched.
+    #[test]
+    fn sections_printed_into_captured_blocks_are_their_text() {
+        let (_, base, moved) = synthetic_model_and_moved();
+        let body = "{% macro m(backend) %}SECTION{% endmacro %}\n\
+            {% macro wrap(b) %}{{ caller(b)|length }}{% endmacro %}\n\
+            {% for backend in model.backends %}\n\
+            {% set s %}SECTION{% endset %}\n\
+            # {{ s|length }} {{ m(backend)|length }} {% call(backend) wrap(backend) %}SECTION{% endcall %} \
+            {% filter length %}SECTION{% endfilter %}\n\
+            SECTION{% endfor %}\n";
+        let sections = entry_renderer(body, "{{ backend_section(backend) }}");
+        let included = entry_renderer(body, "{% include \"parts/backend.j2\" %}");
+        for model in [&base, &moved, &base] {
+            let cfg = sections.render(model).unwrap();
+            assert_eq!(cfg, included.render(model).unwrap());
+            let text = cfg.haproxy_cfg();
+            let counts: Vec<&str> = text.lines().filter(|l| l.starts_with("# ")).collect();
+            assert_eq!(counts.len(), model.backends.len());
+            for line in counts {
+                let n: Vec<&str> = line[2..].split(' ').collect();
+                assert!(
+                    n.iter()
+                        .all(|c| *c == n[0] && c.parse::<usize>().unwrap() > 0)
+                );
+            }
+            assert!(text.contains(&format!("backend {}\n", model.backends[3].name)));
+        }
+        assert!(declines(
+            &sections,
+            &base,
+            &sections.render(&base).unwrap(),
+            &moved
+        ));
+        // Captured only: the sections are in the captured text alone.
+        let captured = entry_renderer(
+            "{% for backend in model.backends %}{% set s %}SECTION{% endset %}\
+             # {{ s|length }}\n{% endfor %}",
+            "{{ backend_section(backend) }}",
+        );
+        let text = captured.render(&base).unwrap().haproxy_cfg().to_string();
+        assert_eq!(text.lines().count(), base.backends.len());
+        assert!(!text.contains("backend "));
+    }
+
+    /// A patched haproxy.cfg is the whole render of the new model, patch after patch, with
+    /// sections that grow, shrink, and are printed more than once.
+    #[test]
+    fn a_patched_render_is_the_whole_render() {
+        let (pipeline, base, _) = synthetic_model_and_moved();
+        let last = base.backends.len() - 1;
+        let edit = |m: &Model, i: usize, slots: &[(usize, &str)]| {
+            let mut m = m.clone();
+            let servers = &mut std::sync::Arc::make_mut(&mut m.backends[i]).servers;
+            for (slot, address) in slots {
+                let occupant = (!address.is_empty())
+                    .then(|| (crate::model::Address::Ip(address.parse().unwrap()), 8080));
+                std::sync::Arc::make_mut(servers).set(*slot, occupant);
+            }
+            m
+        };
+        let grown = edit(
+            &edit(&base, 0, &[(5, "10.1.0.5"), (9, "10.1.0.9")]),
+            last,
+            &[(7, "10.2.0.7")],
+        );
+        let shrunk = edit(
+            &edit(&grown, 0, &[(5, ""), (9, ""), (0, "")]),
+            3,
+            &[(1, "10.3.0.1")],
+        );
+        let twice = "{% for b in model.backends %}{% set s = backend_section(b) %}{{ s }}{{ s }}\
+                     {% endfor %}";
+        for renderer in [&pipeline.renderer, &entry_renderer(twice, "")] {
+            let fresh = Renderer::compile(renderer.templates().to_vec()).unwrap();
+            let mut previous = base.clone();
+            let mut rendered = renderer.render(&base).unwrap();
+            for model in [&grown, &shrunk, &base, &shrunk] {
+                rendered = renderer
+                    .render_patched(&previous, &rendered, model)
+                    .unwrap()
+                    .expect("a patch");
+                assert_eq!(rendered, fresh.render(model).unwrap());
+                previous = model.clone();
+            }
+            assert!(rendered.haproxy_cfg().contains("10.3.0.1:8080"));
+        }
     }
 
     #[test]
