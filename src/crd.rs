@@ -34,7 +34,7 @@ pub const TCP_PLURAL: &str = "tcps";
 /// The first lines of the printed YAML.
 const HEADER: &str = "\
 # The TCP custom resource (ingress.v3.haproxy.org/v3), generated from the Rust types in
-# src/objects.rs by `portcullis crd`. Do not edit: regenerate with
+# src/core/objects.rs by `portcullis crd`. Do not edit: regenerate with
 #   cargo run -q -- crd > deploy/base/crd-tcp.yaml
 # (tests/crd.rs fails while this file differs from the output).
 ";
