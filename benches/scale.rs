@@ -15,7 +15,7 @@
 //! 1. full pipeline, cold: `Store::from_objects` + `Pipeline::run_with` on the whole cluster;
 //! 2. the run that follows one change: an EndpointSlice (one pod moved), an Ingress (one more
 //!    path and another `timeout-server`), a script (a site copy of `pod-maxconn.rhai` with one
-//!    more comment line, so `Pipeline::load` + `keep_memo_of` + `run_with`), each on a
+//!    more comment line, so `source::site::load_pipeline` + `keep_memo_of` + `run_with`), each on a
 //!    pipeline that has run before (its hook memo warm, as in `portcullis run`);
 //! 3. peak resident memory (`VmHWM`) of a fresh process that generates the cluster, builds the
 //!    store, loads the pipeline and runs it once: this binary re-executed with

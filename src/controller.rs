@@ -252,7 +252,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         .exposure
         .allow_external_name_services
         .then(|| Arc::new(Resolver::new(EXTERNAL_NAME_WAIT, EXTERNAL_NAME_TTL)));
-    let mut pipeline = Arc::new(Pipeline::load(
+    let mut pipeline = Arc::new(crate::source::site::load_pipeline(
         config.scripts_dir.as_deref(),
         config.templates_dir.as_deref(),
         translate.clone(),
@@ -430,7 +430,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
             }
             Some(first) = site_changes.recv() => {
                 settle(&mut site_changes, first, config.debounce).await;
-                match Pipeline::load(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
+                match crate::source::site::load_pipeline(config.scripts_dir.as_deref(), config.templates_dir.as_deref(), translate.clone()) {
                     Ok(mut candidate) => {
                         // Results of the scripts that did not change stay valid, and so do
                         // the translation's.

@@ -12,7 +12,7 @@ use portcullis::cluster::connect::ConnectConfig;
 use portcullis::cluster::reflect::NamespaceFilter;
 use portcullis::cluster::status::Publish;
 use portcullis::controller::{self, RunConfig, RunError, SourceConfig};
-use portcullis::pipeline::{Output, Pipeline};
+use portcullis::pipeline::Output;
 use portcullis::source::files;
 use portcullis::store::Store;
 
@@ -41,7 +41,7 @@ fn main() -> ExitCode {
             command: ListCommand::List,
             scripts_dir,
         } => list(
-            portcullis::policy::PolicyEngine::load(scripts_dir.as_deref()).map(|e| {
+            portcullis::source::site::load_policy(scripts_dir.as_deref()).map(|e| {
                 e.declarations()
                     .map(|(f, d)| {
                         (
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
             command: ListCommand::List,
             templates_dir,
         } => list(
-            portcullis::render::Renderer::load(templates_dir.as_deref()).map(|r| {
+            portcullis::source::site::load_renderer(templates_dir.as_deref()).map(|r| {
                 r.templates()
                     .iter()
                     .map(|f| (f.clone(), String::new()))
@@ -372,7 +372,7 @@ impl portcullis::admin::LogControl for ReloadableFilter {
 
 /// Loads manifests, scripts and templates and runs the pipeline, printing diagnostics.
 fn run_pipeline(manifests: &std::path::Path, args: &PipelineArgs) -> Result<Output, ExitCode> {
-    let pipeline = Pipeline::load(
+    let pipeline = portcullis::source::site::load_pipeline(
         args.scripts_dir.as_deref(),
         args.templates_dir.as_deref(),
         args.translate_config(),

@@ -286,7 +286,7 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     .unwrap();
     let mut config = pipeline().config;
     config.config_map = None;
-    let pipeline = Pipeline::load(Some(dir.path()), None, config).unwrap();
+    let pipeline = portcullis::source::site::load_pipeline(Some(dir.path()), None, config).unwrap();
     let (objects, _, _) = hostile_cluster();
     let output = pipeline.run(&Store::from_objects(objects)).unwrap();
     for (name, bytes) in output.rendered.files() {

@@ -429,12 +429,15 @@ fn a_script_change_renders_again_only_the_sections_it_changed() {
     let site = tempfile::tempdir().unwrap();
     let write_script = |text: &str| std::fs::write(site.path().join("pod-maxconn.rhai"), text);
     let reload = |previous: &Pipeline, templates: Option<&Path>| {
-        let mut next = Pipeline::load(Some(site.path()), templates, config.clone()).unwrap();
+        let mut next =
+            portcullis::source::site::load_pipeline(Some(site.path()), templates, config.clone())
+                .unwrap();
         next.keep_memo_of(previous);
         next
     };
     let fresh = |store: &Store| {
-        let p = Pipeline::load(Some(site.path()), None, config.clone()).unwrap();
+        let p = portcullis::source::site::load_pipeline(Some(site.path()), None, config.clone())
+            .unwrap();
         summary(&p.run(store).unwrap())
     };
     let first = Pipeline::load(None, None, config.clone()).unwrap();

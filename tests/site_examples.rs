@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use portcullis::objects::Object;
-use portcullis::pipeline::Pipeline;
 use portcullis::store::Store;
 use portcullis::translate::TranslateConfig;
 use serde_json::json;
@@ -50,8 +49,12 @@ fn the_documented_site_scripts_work() {
             "portcullis.io/hsts": "true", "haproxy.org/response-set-header": "Cache-Control no-store"}),
         ),
     ];
-    let pipeline =
-        Pipeline::load(Some(Path::new(EXAMPLES)), None, TranslateConfig::default()).unwrap();
+    let pipeline = portcullis::source::site::load_pipeline(
+        Some(Path::new(EXAMPLES)),
+        None,
+        TranslateConfig::default(),
+    )
+    .unwrap();
     let out = pipeline.run(&Store::from_objects(objects)).unwrap();
     assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
 

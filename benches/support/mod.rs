@@ -96,9 +96,12 @@ pub(crate) fn script_change_runs(
         )
         .unwrap();
         let started = std::time::Instant::now();
-        let mut reloaded =
-            portcullis::pipeline::Pipeline::load(Some(site.path()), None, pipeline.config.clone())
-                .unwrap();
+        let mut reloaded = portcullis::source::site::load_pipeline(
+            Some(site.path()),
+            None,
+            pipeline.config.clone(),
+        )
+        .unwrap();
         reloaded.keep_memo_of(&pipeline);
         drop(reloaded.run_with(store, inputs).unwrap());
         times.push(started.elapsed());

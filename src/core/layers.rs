@@ -1,4 +1,4 @@
-//! Layered sources: files compiled into the binary, overlaid by a site directory.
+//! Layered sources: files compiled into the binary, overlaid by a site directory's.
 //!
 //! Scripts and templates both work this way: a site file with the same name replaces the
 //! bundled one, a new name adds a file. The effective set is sorted by name, so every replica
@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Serialize;
 
@@ -57,13 +57,24 @@ pub struct ReadLayer {
     pub source: std::io::Error,
 }
 
-/// The effective files: `bundled` (name, text) overlaid by files with `extension` found
-/// recursively under `site`. Names starting with `.` are skipped (ConfigMap volume internals).
-pub fn effective(
-    bundled: &[(&str, &str)],
-    site: Option<&Path>,
-    extension: &str,
-) -> Result<Vec<SourceFile>, ReadLayer> {
+/// A site directory's files of one kind (scripts or templates), as the controller read them
+/// (`source::site`): the core reads no files itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SiteFiles(pub Vec<SourceFile>);
+
+impl SiteFiles {
+    /// A site file `name` (relative, e.g. `parts/backend.j2`) read from `path`.
+    pub fn file(name: &str, path: PathBuf, text: String) -> SourceFile {
+        SourceFile {
+            name: name.to_string(),
+            layer: Layer::Site { path },
+            text,
+        }
+    }
+}
+
+/// The effective files: `bundled` (name, text) overlaid by the site's files.
+pub fn effective(bundled: &[(&str, &str)], site: Option<&SiteFiles>) -> Vec<SourceFile> {
     let mut files: BTreeMap<String, SourceFile> = bundled
         .iter()
         .map(|(name, text)| {
@@ -77,58 +88,40 @@ pub fn effective(
             )
         })
         .collect();
-    if let Some(dir) = site {
-        let mut found = Vec::new();
-        walk(dir, dir, extension, &mut found)?;
-        for (name, path) in found {
-            let text = std::fs::read_to_string(&path).map_err(|source| ReadLayer {
-                path: path.clone(),
-                source,
-            })?;
-            files.insert(
-                name.clone(),
-                SourceFile {
-                    name,
-                    layer: Layer::Site { path },
-                    text,
-                },
-            );
-        }
+    for file in site.iter().flat_map(|s| &s.0) {
+        files.insert(file.name.clone(), file.clone());
     }
-    Ok(files.into_values().collect())
+    files.into_values().collect()
 }
 
-fn walk(
-    root: &Path,
-    dir: &Path,
-    extension: &str,
-    out: &mut Vec<(String, PathBuf)>,
-) -> Result<(), ReadLayer> {
-    let entries = std::fs::read_dir(dir).map_err(|source| ReadLayer {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().starts_with('.') {
-            continue;
-        }
-        let path = entry.path();
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
-        };
-        if meta.is_dir() {
-            walk(root, &path, extension, out)?;
-        } else if path.extension().and_then(|e| e.to_str()) == Some(extension) {
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            let name = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/");
-            out.push((name, path));
+/// The files with `extension` under `dir`, for the core's own tests (the controller's reader is
+/// `source::site`).
+#[cfg(test)]
+pub(crate) fn read_for_tests(dir: &std::path::Path, extension: &str) -> SiteFiles {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        extension: &str,
+        out: &mut Vec<SourceFile>,
+    ) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, extension, out);
+            } else if path.extension().and_then(|e| e.to_str()) == Some(extension) {
+                let name = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.push(SiteFiles::file(&name, path, text));
+            }
         }
     }
-    Ok(())
+    let mut files = Vec::new();
+    walk(dir, dir, extension, &mut files);
+    SiteFiles(files)
 }
 
 #[cfg(test)]
@@ -137,16 +130,14 @@ mod tests {
 
     #[test]
     fn site_files_override_and_add() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.rhai"), "site a").unwrap();
-        std::fs::write(dir.path().join("c.rhai"), "site c").unwrap();
-        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let site = SiteFiles(vec![
+            SiteFiles::file("a.rhai", "/site/a.rhai".into(), "site a".to_string()),
+            SiteFiles::file("c.rhai", "/site/c.rhai".into(), "site c".to_string()),
+        ]);
         let files = effective(
             &[("a.rhai", "bundled a"), ("b.rhai", "bundled b")],
-            Some(dir.path()),
-            "rhai",
-        )
-        .unwrap();
+            Some(&site),
+        );
         let summary: Vec<_> = files
             .iter()
             .map(|f| (f.name.as_str(), f.text.as_str(), f.layer == Layer::Bundled))

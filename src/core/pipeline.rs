@@ -1,10 +1,10 @@
 //! The pipeline: store → translate (+ policy) → model → render, as one call.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::diagnostics::Diagnostic;
+use crate::layers::SiteFiles;
 use crate::model::{Backend, Model};
 use crate::objects::Kind;
 use crate::policy::{PolicyEngine, PolicyError};
@@ -120,14 +120,15 @@ impl RunReport {
 }
 
 impl Pipeline {
-    /// Compiles bundled scripts and templates, overlaid by the site directories.
+    /// Compiles bundled scripts and templates, overlaid by the site's (read by the caller:
+    /// `source::site`).
     pub fn load(
-        scripts_dir: Option<&Path>,
-        templates_dir: Option<&Path>,
+        scripts: Option<&SiteFiles>,
+        templates: Option<&SiteFiles>,
         config: TranslateConfig,
     ) -> Result<Self, LoadError> {
-        let policy = PolicyEngine::load(scripts_dir).map_err(LoadError::Scripts)?;
-        let mut renderer = Renderer::load(templates_dir).map_err(LoadError::Templates)?;
+        let policy = PolicyEngine::load(scripts).map_err(LoadError::Scripts)?;
+        let mut renderer = Renderer::load(templates).map_err(LoadError::Templates)?;
         renderer.set_workers(config.workers);
         Ok(Self {
             policy,

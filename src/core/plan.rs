@@ -939,7 +939,8 @@ mod tests {
         let site = tempfile::tempdir().unwrap();
         std::fs::create_dir(site.path().join("parts")).unwrap();
         std::fs::write(site.path().join("parts/stats.j2"), "# no stats\n").unwrap();
-        let other = Renderer::load(Some(site.path())).unwrap();
+        let other =
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
         let again = Applied::following(
             slower.model.clone(),
             slower.rendered.clone(),

@@ -1,6 +1,7 @@
 //! Sources of Kubernetes objects. Every source produces [`crate::objects::Object`]s for the store.
 
 pub mod files;
+pub mod site;
 pub mod watch;
 
 use crate::diagnostics::{Diagnostic, Severity, Subject};

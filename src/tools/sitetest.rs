@@ -227,7 +227,7 @@ fn check_case(
 
     let key = (args.scripts_dir.clone(), args.templates_dir.clone());
     let pipeline = pipelines.loaded.entry(key).or_insert_with(|| {
-        Pipeline::load(
+        crate::source::site::load_pipeline(
             args.scripts_dir.as_deref(),
             args.templates_dir.as_deref(),
             args.translate_config(),

@@ -12,13 +12,12 @@ pub mod global_keys;
 pub mod memo;
 pub mod settings;
 
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rhai::{AST, CallFnOptions, Dynamic, Engine, Map, Scope};
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
-use crate::layers::{self, ReadLayer, SourceFile};
+use crate::layers::{self, ReadLayer, SiteFiles, SourceFile};
 use crate::model::{BackendSettings, GlobalSettings};
 
 pub use budget::{Budget, MAX_CALL_TIME, MAX_OPERATIONS_PER_CALL, MAX_OPERATIONS_PER_RUN};
@@ -266,10 +265,8 @@ pub struct PolicyEngine {
 
 impl PolicyEngine {
     /// Compiles the bundled scripts overlaid by `site_dir`. Every compile error is reported.
-    pub fn load(site_dir: Option<&Path>) -> Result<Self, Vec<PolicyError>> {
-        let files = layers::effective(bundled::SCRIPTS, site_dir, "rhai")
-            .map_err(|e| vec![PolicyError::from(e)])?;
-        Self::compile(files)
+    pub fn load(site: Option<&SiteFiles>) -> Result<Self, Vec<PolicyError>> {
+        Self::compile(layers::effective(bundled::SCRIPTS, site))
     }
 
     /// Compiles the given effective files.

@@ -15,13 +15,12 @@ pub use content::Content;
 use content::Shared;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::layers::{self, ReadLayer, SourceFile};
+use crate::layers::{self, ReadLayer, SiteFiles, SourceFile};
 use crate::model::{MapEntry, Model, RouteMaps};
 
 /// The template rendered into haproxy.cfg.
@@ -204,11 +203,9 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// Compiles the bundled templates overlaid by `site_dir`. Every compile error is reported.
-    pub fn load(site_dir: Option<&Path>) -> Result<Self, Vec<RenderError>> {
-        let files = layers::effective(bundled::TEMPLATES, site_dir, "j2")
-            .map_err(|e| vec![RenderError::from(e)])?;
-        Self::compile(files)
+    /// Compiles the bundled templates overlaid by the site's. Every compile error is reported.
+    pub fn load(site: Option<&SiteFiles>) -> Result<Self, Vec<RenderError>> {
+        Self::compile(layers::effective(bundled::TEMPLATES, site))
     }
 
     pub fn compile(files: Vec<SourceFile>) -> Result<Self, Vec<RenderError>> {
@@ -935,7 +932,8 @@ mod tests {
             "{% if backend.servers[0].address == \"10.9.9.9\" %}\
              # {{ model.maps.exact|length }} exact\n{% endif %}",
         );
-        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let renderer =
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
         let rendered = renderer.render(&base).unwrap();
         assert!(
             declines(&renderer, &base, &rendered, &remapped),
@@ -1000,15 +998,19 @@ mod tests {
             "{% if model.peers %}# peers{% endif %}\n",
         ] {
             let site = site_backend_template(extra);
-            let warm = Renderer::load(Some(site.path())).unwrap();
+            let warm =
+                Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
             // Sections rendered ahead by worker threads, each with a view of its own.
-            let mut ahead = Renderer::load(Some(site.path())).unwrap();
+            let mut ahead =
+                Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
             ahead.set_workers(crate::parallel::Workers {
                 threads: 3,
                 min_items: 1,
             });
             for model in models {
-                let mut fresh = Renderer::load(Some(site.path())).unwrap();
+                let mut fresh =
+                    Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2")))
+                        .unwrap();
                 fresh.set_workers(crate::parallel::Workers::ONE);
                 let expected = fresh.render(model).unwrap();
                 assert_eq!(warm.render(model).unwrap(), expected, "{extra}");
@@ -1030,7 +1032,8 @@ mod tests {
              {% for k, v in model.maps|items %}{{ k }}={{ v|length }} {% endfor %}\n",
         )
         .unwrap();
-        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let renderer =
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
         let cfg = renderer.render(&base).unwrap().haproxy_cfg().to_string();
         let lines: Vec<&str> = cfg.lines().collect();
         assert_eq!(
@@ -1063,7 +1066,7 @@ mod tests {
                 format!("{body}\n{{% include \"parts/default-backend.j2\" %}}\n"),
             )
             .unwrap();
-            Renderer::load(Some(site.path())).unwrap()
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap()
         };
         let sections = "{% for b in model.backends %}{{ backend_section(b) }}{% endfor %}";
         let cases = [
@@ -1141,7 +1144,8 @@ mod tests {
     fn a_nul_character_in_the_output_is_refused() {
         let site = tempfile::tempdir().unwrap();
         std::fs::write(site.path().join(ENTRY_TEMPLATE), "global\n# \0\n").unwrap();
-        let renderer = Renderer::load(Some(site.path())).unwrap();
+        let renderer =
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
         let (_, base, _) = synthetic_model_and_moved();
         let err = renderer.render(&base).unwrap_err().to_string();
         assert!(err.contains("NUL"), "{err}");
@@ -1156,7 +1160,7 @@ mod tests {
             body.replace("SECTION", section),
         )
         .unwrap();
-        Renderer::load(Some(site.path())).unwrap()
+        Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap()
     }
 
     /// A section printed into a captured block (a `{% set %}` block, a macro, a `{% call %}`
