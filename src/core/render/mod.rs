@@ -4,6 +4,7 @@
 //! undefined behaviour and an output guard ([`formatter`]). Map files, the crt-list and PEM
 //! files are data, written by Rust.
 
+mod backend;
 mod bundled;
 mod content;
 pub mod formatter;

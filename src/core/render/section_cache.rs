@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use minijinja::{Environment, Error, Value};
 
-use super::sections::render_backend;
+use super::backend::render_backend;
 use super::views::{BackendWith, ModelView};
 use crate::fingerprint::Fingerprint;
 use crate::model::{Backend, Model};

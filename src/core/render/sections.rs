@@ -1,4 +1,4 @@
-//! Backend sections: [`render_backend`] renders one, and haproxy.cfg is joined from the entry
+//! Backend sections: [`super::backend::render_backend`] renders one, and haproxy.cfg is joined from the entry
 //! template's output and the sections, in Rust.
 //!
 //! The bundled entry template prints each backend with `{{ backend_section(backend) }}`, which
@@ -25,41 +25,13 @@ use std::sync::{Arc, Mutex};
 use minijinja::value::{Object, ObjectRepr};
 use minijinja::{Environment, Error, State, Value};
 
+use super::backend::render_section;
 use super::section_cache::SectionCache;
-use super::views::{BackendView, ModelView, backend_value, slot_runs};
-use crate::model::{Backend, Model};
+use super::views::{BackendView, ModelView, slot_runs};
+use crate::model::Model;
 
-/// The template `backend_section` renders.
-const BACKEND_TEMPLATE: &str = "parts/backend.j2";
 /// The context variable holding the render in progress.
 pub(crate) const SCOPE_VAR: &str = "_portcullis_render";
-
-/// The section of `backend`: `parts/backend.j2` rendered with `model`, `files` and `backend`,
-/// what `{% include %}` would see. `model` is what the template may read of the model (in a
-/// render, a [`ModelView`], which notes what is read).
-pub(crate) fn render_backend(
-    env: &Environment<'_>,
-    model: &Value,
-    files: &Value,
-    backend: &Backend,
-) -> Result<String, Error> {
-    render_section(env, model, files, backend_value(backend))
-}
-
-/// `parts/backend.j2` rendered with `model`, `files` and `backend`.
-fn render_section(
-    env: &Environment<'_>,
-    model: &Value,
-    files: &Value,
-    backend: Value,
-) -> Result<String, Error> {
-    let ctx = minijinja::context! {
-        model => model.clone(),
-        files => files.clone(),
-        backend => backend,
-    };
-    env.get_template(BACKEND_TEMPLATE)?.render(ctx)
-}
 
 /// Whether two models have the same backends by name, in the same order.
 fn same_backend_names(a: &Model, b: &Model) -> bool {
