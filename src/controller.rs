@@ -23,7 +23,7 @@ use crate::objects::Kind;
 use crate::pipeline::{LoadError, Output, Pipeline, RunReport};
 use crate::source::{files, watch};
 use crate::store::Store;
-use crate::translate::RunInputs;
+use crate::translate::{RunInputs, TranslateConfig};
 
 /// How long a run waits for ExternalName lookups, and how long their answers are used.
 const EXTERNAL_NAME_WAIT: Duration = Duration::from_secs(2);
@@ -237,16 +237,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         })?;
     }
     let admin_socket = config.runtime_dir.join("admin.sock");
-    let mut translate = config.translate.clone();
-    translate.runtime_socket = Some(admin_socket.display().to_string());
-    // No server and no TCP bind may take the controller's own listeners; in a cluster, no
-    // endpoint may be on the node's local or metadata addresses or on this pod either.
-    translate.exposure = translate
-        .exposure
-        .with_listeners(std::iter::once(config.admin_addr).chain(config.debug_addr));
-    if matches!(config.source, SourceConfig::Cluster(_)) {
-        translate.exposure = translate.exposure.in_cluster(translate.identity.pod_ip);
-    }
+    let translate = translate_config(&config, &admin_socket);
     let mut in_force = CertificatesInForce::default();
     let resolver = translate
         .exposure
@@ -259,64 +250,13 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     )?);
     let metrics = Arc::new(Metrics::new());
     let status = Arc::new(Status::new(metrics.clone()));
-    let listener = tokio::net::TcpListener::bind(config.admin_addr)
-        .await
-        .map_err(|source| RunError::AdminBind {
-            addr: config.admin_addr,
-            source,
-        })?;
-    let (admin_surface, debug) = admin::Surface::split(config.admin_addr, config.debug_addr);
-    let debug_listener = match debug {
-        Some((addr, surface)) => Some((
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| RunError::AdminBind { addr, source })?,
-            surface,
-        )),
-        None => None,
-    };
-    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
-    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    };
-    let admin_task = tokio::spawn(admin::serve(
-        listener,
-        status.clone(),
-        admin_surface,
-        stopped(admin_stopped.clone()),
-    ));
-    tracing::info!(addr = %config.admin_addr, surface = ?admin_surface, "admin endpoint listening");
-    let debug_task = debug_listener.map(|(listener, surface)| {
-        tracing::info!(addr = ?config.debug_addr, "debug endpoint listening");
-        if config
-            .debug_addr
-            .is_some_and(|a| !a.ip().to_canonical().is_loopback())
-        {
-            tracing::warn!(addr = ?config.debug_addr, "the debug pages are served off loopback, without authentication");
-        }
-        tokio::spawn(admin::serve(
-            listener,
-            status.clone(),
-            surface,
-            stopped(admin_stopped.clone()),
-        ))
-    });
+    let admin = AdminTasks::start(&config, &status).await?;
 
-    let supervision = match &config.external_master_socket {
-        Some(path) => Supervision::External {
-            master: Client::new(path, Duration::from_secs(5)),
-        },
-        None => Supervision::Managed {
-            bin: config.haproxy_bin.clone(),
-            master_socket: config.runtime_dir.join("master.sock"),
-            process: None,
-        },
-    };
     let mut expiry = CertificateExpiry::default();
     let mut applier = Applier::new(
         config.config_dir.clone(),
         config.haproxy_bin.clone(),
-        supervision,
+        supervision(&config),
         Client::new(&admin_socket, Duration::from_secs(5)),
         metrics.clone(),
     );
@@ -326,36 +266,23 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
     let mut sigint = signal(SignalKind::interrupt()).map_err(RunError::Signals)?;
 
     let (changes_tx, mut changes) = mpsc::unbounded_channel::<Instant>();
-    let source = match &config.source {
-        SourceConfig::Files(dir) => {
-            // The manifests must be readable at start; later read errors keep the last good state.
-            files::check_dir(dir)?;
-            let watch = watch::watch_dir(dir, changes_tx.clone(), Duration::from_secs(5))?;
-            Source::Files {
-                dir: dir.clone(),
-                cache: Arc::default(),
-                store: Arc::default(),
-                _watch: watch,
-            }
+    let started = start_source(
+        &config,
+        &translate,
+        &changes_tx,
+        &metrics,
+        &status,
+        (&mut sigterm, &mut sigint),
+    );
+    let source = match started.await {
+        Ok(Some(source)) => source,
+        Ok(None) => {
+            admin.stop().await;
+            return Ok(());
         }
-        SourceConfig::Cluster(cluster) => {
-            status
-                .update(|s| s.last_error = Some("connecting to the Kubernetes API server".into()));
-            // A shutdown request during start-up is still a clean exit.
-            let started = tokio::select! {
-                r = crate::cluster::start(cluster, &translate, changes_tx.clone(), metrics.clone()) => r,
-                _ = sigterm.recv() => { let _ = stop_admin.send(true); return Ok(()); }
-                _ = sigint.recv() => { let _ = stop_admin.send(true); return Ok(()); }
-            };
-            let cluster = match started {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = stop_admin.send(true);
-                    return Err(e.into());
-                }
-            };
-            status.update(|s| s.last_error = None);
-            Source::Cluster(cluster)
+        Err(e) => {
+            admin.stop().await;
+            return Err(e);
         }
     };
     let _ = changes_tx.send(Instant::now());
@@ -469,12 +396,142 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         c.shutdown().await;
     }
     applier.shutdown().await;
-    let _ = stop_admin.send(true);
-    let _ = admin_task.await;
-    if let Some(task) = debug_task {
-        let _ = task.await;
-    }
+    admin.stop().await;
     result
+}
+
+/// The translation settings of `run`: the flags' plus the runtime socket, and the listeners
+/// no tenant's object may point HAProxy at.
+fn translate_config(config: &RunConfig, admin_socket: &std::path::Path) -> TranslateConfig {
+    let mut translate = config.translate.clone();
+    translate.runtime_socket = Some(admin_socket.display().to_string());
+    // No server and no TCP bind may take the controller's own listeners; in a cluster, no
+    // endpoint may be on the node's local or metadata addresses or on this pod either.
+    translate.exposure = translate
+        .exposure
+        .with_listeners(std::iter::once(config.admin_addr).chain(config.debug_addr));
+    if matches!(config.source, SourceConfig::Cluster(_)) {
+        translate.exposure = translate.exposure.in_cluster(translate.identity.pod_ip);
+    }
+    translate
+}
+
+/// The admin endpoint, and the debug pages when they have an address of their own, serving
+/// until [`AdminTasks::stop`].
+struct AdminTasks {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl AdminTasks {
+    /// Binds the listeners (a taken address ends the start-up) and serves them.
+    async fn start(config: &RunConfig, status: &Arc<Status>) -> Result<Self, RunError> {
+        let listener = tokio::net::TcpListener::bind(config.admin_addr)
+            .await
+            .map_err(|source| RunError::AdminBind {
+                addr: config.admin_addr,
+                source,
+            })?;
+        let (admin_surface, debug) = admin::Surface::split(config.admin_addr, config.debug_addr);
+        let debug_listener = match debug {
+            Some((addr, surface)) => Some((
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| RunError::AdminBind { addr, source })?,
+                surface,
+            )),
+            None => None,
+        };
+        let (stop, admin_stopped) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let mut tasks = vec![tokio::spawn(admin::serve(
+            listener,
+            status.clone(),
+            admin_surface,
+            stopped(admin_stopped.clone()),
+        ))];
+        tracing::info!(addr = %config.admin_addr, surface = ?admin_surface, "admin endpoint listening");
+        if let Some((listener, surface)) = debug_listener {
+            tracing::info!(addr = ?config.debug_addr, "debug endpoint listening");
+            if config
+                .debug_addr
+                .is_some_and(|a| !a.ip().to_canonical().is_loopback())
+            {
+                tracing::warn!(addr = ?config.debug_addr, "the debug pages are served off loopback, without authentication");
+            }
+            tasks.push(tokio::spawn(admin::serve(
+                listener,
+                status.clone(),
+                surface,
+                stopped(admin_stopped),
+            )));
+        }
+        Ok(Self { stop, tasks })
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Whether the controller starts HAProxy itself or drives one started by others.
+fn supervision(config: &RunConfig) -> Supervision {
+    match &config.external_master_socket {
+        Some(path) => Supervision::External {
+            master: Client::new(path, Duration::from_secs(5)),
+        },
+        None => Supervision::Managed {
+            bin: config.haproxy_bin.clone(),
+            master_socket: config.runtime_dir.join("master.sock"),
+            process: None,
+        },
+    }
+}
+
+/// The source of objects, watched: the manifests directory, or the cluster once its first
+/// lists are in. `None` when a shutdown was asked for during the cluster's start-up, which is
+/// still a clean exit.
+async fn start_source(
+    config: &RunConfig,
+    translate: &TranslateConfig,
+    changes_tx: &mpsc::UnboundedSender<Instant>,
+    metrics: &Arc<Metrics>,
+    status: &Status,
+    (sigterm, sigint): (
+        &mut tokio::signal::unix::Signal,
+        &mut tokio::signal::unix::Signal,
+    ),
+) -> Result<Option<Source>, RunError> {
+    match &config.source {
+        SourceConfig::Files(dir) => {
+            // The manifests must be readable at start; later read errors keep the last good state.
+            files::check_dir(dir)?;
+            let watch = watch::watch_dir(dir, changes_tx.clone(), Duration::from_secs(5))?;
+            Ok(Some(Source::Files {
+                dir: dir.clone(),
+                cache: Arc::default(),
+                store: Arc::default(),
+                _watch: watch,
+            }))
+        }
+        SourceConfig::Cluster(cluster) => {
+            status
+                .update(|s| s.last_error = Some("connecting to the Kubernetes API server".into()));
+            let started = tokio::select! {
+                r = crate::cluster::start(cluster, translate, changes_tx.clone(), metrics.clone()) => r,
+                _ = sigterm.recv() => return Ok(None),
+                _ = sigint.recv() => return Ok(None),
+            };
+            let cluster = started?;
+            status.update(|s| s.last_error = None);
+            Ok(Some(Source::Cluster(cluster)))
+        }
+    }
 }
 
 /// Asks for another run right away after objects or certificates were left out, up to
