@@ -128,6 +128,9 @@ pub struct Translation {
     pub budget: Budget,
 }
 
+/// Whether a host's HTTP requests are redirected to HTTPS, and with which status.
+type Redirect = (bool, u16);
+
 /// The first second at which the expiry message of a certificate ending at `end` reads
 /// differently than at `now` (see [`Translator::certificate`]).
 fn expiry_message_stable_until(end: i64, now: i64) -> Option<i64> {
@@ -860,47 +863,10 @@ impl<'a> Translator<'a> {
         // The hosts the rules route: the only ones the TLS entries may speak for.
         let mut routed = tls_edge::RoutedHosts::default();
         for (i, rule) in spec.rules.iter().flatten().enumerate() {
-            let host = match rule.host.as_deref() {
-                None | Some("") => String::new(),
-                Some(h) => match values::parse_host(h) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        self.diags.object(
-                            Severity::Error,
-                            &object,
-                            format!("spec.rules[{i}].host"),
-                            format!("{e}; rule skipped"),
-                        );
-                        continue;
-                    }
-                },
+            let Some(host) = self.rule_host(i, rule.host.as_deref(), key, &object, &mut hosts)
+            else {
+                continue;
             };
-            if !hosts.contains(&host) {
-                if let Err(e) = values::check_host_count(hosts.len()) {
-                    self.diags
-                        .object(Severity::Error, &object, format!("spec.rules[{i}].host"), e);
-                    continue;
-                }
-                hosts.insert(host.clone());
-            }
-            if let Some(owners) = &self.ctx.owners {
-                let owner = owners.foreign(&host, &key.namespace).cloned();
-                if !self.host_verdicts.iter().any(|(h, _)| *h == host) {
-                    self.host_verdicts.push((host.clone(), owner.clone()));
-                }
-                if let Some(owner) = owner {
-                    self.diags.object(
-                        Severity::Error,
-                        &object,
-                        format!("spec.rules[{i}].host"),
-                        format!(
-                            "{} belongs to namespace {owner}, whose Ingress for it is older (--host-ownership=namespace); rule refused",
-                            routes::host_name(&host)
-                        ),
-                    );
-                    continue;
-                }
-            }
             let Some(http) = &rule.http else { continue };
             for (j, path) in http.paths.iter().enumerate() {
                 let field = format!("spec.rules[{i}].http.paths[{j}]");
@@ -1044,6 +1010,82 @@ impl<'a> Translator<'a> {
             }
         }
 
+        self.ingress_tls(
+            spec,
+            rank,
+            key,
+            &object,
+            &routed,
+            (&redirect_by_host, first_redirect),
+        );
+    }
+
+    /// The host of rule `i` (empty for none), counted against the Ingress' hosts; `None`, with
+    /// an error on the rule, when it does not parse, is one too many, or belongs to another
+    /// namespace under `--host-ownership=namespace`.
+    fn rule_host(
+        &mut self,
+        i: usize,
+        raw: Option<&str>,
+        key: &Key,
+        object: &ObjectRef,
+        hosts: &mut BTreeSet<String>,
+    ) -> Option<String> {
+        let field = || format!("spec.rules[{i}].host");
+        let host = match raw {
+            None | Some("") => String::new(),
+            Some(h) => match values::parse_host(h) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.diags.object(
+                        Severity::Error,
+                        object,
+                        field(),
+                        format!("{e}; rule skipped"),
+                    );
+                    return None;
+                }
+            },
+        };
+        if !hosts.contains(&host) {
+            if let Err(e) = values::check_host_count(hosts.len()) {
+                self.diags.object(Severity::Error, object, field(), e);
+                return None;
+            }
+            hosts.insert(host.clone());
+        }
+        if let Some(owners) = &self.ctx.owners {
+            let owner = owners.foreign(&host, &key.namespace).cloned();
+            if !self.host_verdicts.iter().any(|(h, _)| *h == host) {
+                self.host_verdicts.push((host.clone(), owner.clone()));
+            }
+            if let Some(owner) = owner {
+                self.diags.object(
+                    Severity::Error,
+                    object,
+                    field(),
+                    format!(
+                        "{} belongs to namespace {owner}, whose Ingress for it is older (--host-ownership=namespace); rule refused",
+                        routes::host_name(&host)
+                    ),
+                );
+                return None;
+            }
+        }
+        Some(host)
+    }
+
+    /// The Ingress' `spec.tls` entries: the certificate of each for the hosts it may speak for
+    /// (those its rules route), and their HTTPS redirects.
+    fn ingress_tls(
+        &mut self,
+        spec: &k8s_openapi::api::networking::v1::IngressSpec,
+        rank: usize,
+        key: &Key,
+        object: &ObjectRef,
+        routed: &tls_edge::RoutedHosts,
+        (redirect_by_host, first_redirect): (&BTreeMap<String, Redirect>, Option<Redirect>),
+    ) {
         for (i, entry) in spec.tls.iter().flatten().enumerate() {
             let field = format!("spec.tls[{i}]");
             let owners = self.ctx.owners.clone();
@@ -1056,9 +1098,9 @@ impl<'a> Translator<'a> {
             let hosts = tls_edge::entry_hosts(
                 entry.hosts.as_deref(),
                 i,
-                &routed,
+                routed,
                 foreign,
-                &object,
+                object,
                 &mut self.diags,
             );
             if hosts.is_empty() {
@@ -1067,11 +1109,11 @@ impl<'a> Translator<'a> {
             let Some(secret_name) = entry.secret_name.as_deref().filter(|s| !s.is_empty()) else {
                 self.diags.object(
                     Severity::Warning,
-                    &object,
+                    object,
                     format!("{field}.secretName"),
                     format!("no secretName; {}", self.fallback_certificate()),
                 );
-                self.add_redirects(&hosts, &redirect_by_host, first_redirect, rank, &object);
+                self.add_redirects(&hosts, redirect_by_host, first_redirect, rank, object);
                 continue;
             };
             let secret_key = Key::new(key.namespace.clone(), secret_name);
@@ -1086,12 +1128,12 @@ impl<'a> Translator<'a> {
                 Err(tls::Unserved::Refused) => {}
                 Err(e) => self.diags.object(
                     Severity::Error,
-                    &object,
+                    object,
                     format!("{field}.secretName"),
                     format!("Secret {secret_key}: {e}; {}", self.fallback_certificate()),
                 ),
             }
-            self.add_redirects(&hosts, &redirect_by_host, first_redirect, rank, &object);
+            self.add_redirects(&hosts, redirect_by_host, first_redirect, rank, object);
         }
     }
 
