@@ -24,9 +24,24 @@ use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
 
 /// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
-/// prefixes are accepted so its manifests work unchanged.
-pub const ANNOTATION_PREFIXES: &[&str] =
-    &["portcullis.io/", "haproxy.org/", "ingress.kubernetes.io/"];
+/// prefixes are accepted so its manifests work unchanged; it strips `haproxy.org/`,
+/// `ingress.kubernetes.io/` and `haproxy.com/` alike (in that order) and also reads the bare
+/// name, so an annotation without a prefix (and without a `/`) is read too, after them.
+pub const ANNOTATION_PREFIXES: &[&str] = &[
+    "portcullis.io/",
+    "haproxy.org/",
+    "ingress.kubernetes.io/",
+    "haproxy.com/",
+];
+
+/// The accepted prefix of an annotation key (its index in [`ANNOTATION_PREFIXES`]) and the
+/// name after it; `None` for a key without one.
+pub fn annotation_name(key: &str) -> Option<(usize, &str)> {
+    ANNOTATION_PREFIXES
+        .iter()
+        .position(|p| key.starts_with(p))
+        .map(|i| (i, &key[ANNOTATION_PREFIXES[i].len()..]))
+}
 
 /// Where settings are read from, in precedence order.
 #[derive(Debug, Clone)]
@@ -35,79 +50,92 @@ pub struct ValueSource {
     pub values: Arc<BTreeMap<String, String>>,
     /// Annotations carry a prefix; ConfigMap keys do not.
     pub prefixed: bool,
-    /// The annotations under an accepted prefix, by name without it: made once per source
-    /// (its clones share it), as every read of every script looks names up here.
+    /// The values by name (a key's name is what follows its accepted prefix, or the whole
+    /// key without one), in lookup order within a name: made once per source (its clones
+    /// share it), as every read of every script looks names up here.
     settings: Arc<[Setting]>,
 }
 
-/// An annotation under an accepted prefix.
+/// A value under a name.
 #[derive(Debug)]
 struct Setting {
-    /// The annotation's key; the name is what follows the prefix.
     key: Box<str>,
+    /// Where the name starts in the key (after the prefix).
+    name_start: usize,
     value: Box<str>,
-    /// Which of [`ANNOTATION_PREFIXES`] (most specific first).
-    prefix: usize,
+    /// The order among the keys of one name: on an object, the prefixes most specific first
+    /// and the bare name last; in a ConfigMap, the plain key first.
+    rank: usize,
 }
 
 impl Setting {
     fn name(&self) -> &str {
-        &self.key[ANNOTATION_PREFIXES[self.prefix].len()..]
+        &self.key[self.name_start..]
     }
 }
 
 impl ValueSource {
+    /// An object's annotations: those under an accepted prefix, and those without any prefix
+    /// (the bare names the incumbent reads as well).
     pub fn annotations(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
-        let mut settings: Vec<Setting> = values
-            .iter()
-            .filter_map(|(key, value)| {
-                let prefix = ANNOTATION_PREFIXES
-                    .iter()
-                    .position(|p| key.starts_with(p))?;
-                Some(Setting {
-                    key: key.as_str().into(),
-                    value: value.as_str().into(),
-                    prefix,
-                })
-            })
-            .collect();
-        settings.sort_unstable_by(|a, b| (a.name(), a.prefix).cmp(&(b.name(), b.prefix)));
+        let bare = ANNOTATION_PREFIXES.len();
+        let settings = Self::index(&values, |key| match annotation_name(key) {
+            Some((i, name)) => Some((i, key.len() - name.len())),
+            None if !key.contains('/') => Some((bare, 0)),
+            None => None,
+        });
         Self {
             object,
             values,
             prefixed: true,
-            settings: settings.into(),
+            settings,
         }
     }
 
+    /// The controller ConfigMap's keys: plain names, and (as the incumbent strips them here
+    /// too) names under an accepted prefix, after the plain one.
     pub fn config_map(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
+        let settings = Self::index(&values, |key| match annotation_name(key) {
+            Some((i, name)) => Some((i + 1, key.len() - name.len())),
+            None => Some((0, 0)),
+        });
         Self {
             object,
             values,
             prefixed: false,
-            settings: Arc::new([]),
+            settings,
         }
     }
 
-    /// Every value this source holds under `names` (a name and its aliases, in order; each
-    /// with every accepted prefix, most specific first), with how to name it in messages.
-    /// Annotations are found by a search by name among the prefixed ones, sorted once.
-    fn lookup<'s>(&'s self, names: &[String]) -> Vec<(&'s str, String)> {
-        if !self.prefixed {
-            if self.values.is_empty() {
-                return Vec::new();
-            }
-            return names
-                .iter()
-                .filter_map(|name| {
-                    let v = self.values.get(name)?;
-                    Some((v.as_str(), format!("key {name}")))
+    /// The keys `place` gives a (rank, name start) for, sorted by name and rank.
+    fn index(
+        values: &BTreeMap<String, String>,
+        place: impl Fn(&str) -> Option<(usize, usize)>,
+    ) -> Arc<[Setting]> {
+        let mut settings: Vec<Setting> = values
+            .iter()
+            .filter_map(|(key, value)| {
+                let (rank, name_start) = place(key)?;
+                Some(Setting {
+                    key: key.as_str().into(),
+                    name_start,
+                    value: value.as_str().into(),
+                    rank,
                 })
-                .collect();
-        }
+            })
+            .collect();
+        settings.sort_unstable_by(|a, b| (a.name(), a.rank).cmp(&(b.name(), b.rank)));
+        settings.into()
+    }
+
+    /// Every value this source holds under `names` (a name and its aliases, in order; each
+    /// under every accepted spelling, in rank order), with how to name it in messages.
+    /// Values are found by a search by name among the keys, sorted once.
+    fn lookup<'s>(&'s self, names: &[String]) -> Vec<(&'s str, String)> {
         if self.settings.is_empty() {
             return Vec::new();
         }
+        let what = if self.prefixed { "annotation" } else { "key" };
         let mut hits = Vec::new();
         for name in names {
             let from = self.settings.partition_point(|s| s.name() < name.as_str());
@@ -115,7 +143,7 @@ impl ValueSource {
                 .iter()
                 .take_while(|s| s.name() == name.as_str())
             {
-                hits.push((&*s.value, format!("annotation {}", s.key)));
+                hits.push((&*s.value, format!("{what} {}", s.key)));
             }
         }
         hits
@@ -1001,8 +1029,8 @@ mod tests {
     use super::*;
     use crate::objects::{Key, Kind};
 
-    /// Names in order, then prefixes most specific first, whether the keys are walked (few)
-    /// or searched by prefix (many); keys that only look alike are not found.
+    /// Names in order, then prefixes most specific first and the bare name last, whether the
+    /// keys are few or many; keys that only look alike are not found.
     #[test]
     fn lookups_keep_name_then_prefix_order_with_few_or_many_keys() {
         // Only keys under an accepted prefix are found, by the name after it exactly.
@@ -1013,7 +1041,9 @@ mod tests {
             ("haproxy.org/server-timeout", "4s"),
             ("nginx.ingress.kubernetes.io/timeout-server", "no"),
             ("portcullis.io/timeout-server-x", "no"),
-            ("timeout-server", "no"),
+            ("timeout-server", "5s"),
+            ("haproxy.com/timeout-server", "6s"),
+            ("example.com/timeout-server", "no"),
         ];
         let names = ["timeout-server".to_string(), "server-timeout".to_string()];
         for filler in [0, 100] {
@@ -1034,6 +1064,8 @@ mod tests {
                 [
                     ("1s", "annotation portcullis.io/timeout-server".to_string()),
                     ("2s", "annotation haproxy.org/timeout-server".to_string()),
+                    ("6s", "annotation haproxy.com/timeout-server".to_string()),
+                    ("5s", "annotation timeout-server".to_string()),
                     ("4s", "annotation haproxy.org/server-timeout".to_string()),
                     (
                         "3s",
