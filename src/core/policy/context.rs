@@ -711,7 +711,30 @@ impl Ctx {
     }
 
     fn get_headers(&mut self, name: Dynamic) -> Dynamic {
-        self.typed(&names(name), values::parse_header_lines)
+        self.headers_for(name, None)
+    }
+
+    /// `ctx.headers(name, "request" | "response")`: the sample fetches must be available in
+    /// that message.
+    fn get_headers_of(
+        &mut self,
+        name: Dynamic,
+        message: &str,
+    ) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
+        let direction = match message {
+            "request" => values::Direction::Request,
+            "response" => values::Direction::Response,
+            other => {
+                return Err(
+                    format!("ctx.headers: {other:?} is not \"request\" or \"response\"").into(),
+                );
+            }
+        };
+        Ok(self.headers_for(name, Some(direction)))
+    }
+
+    fn headers_for(&mut self, name: Dynamic, direction: Option<values::Direction>) -> Dynamic {
+        self.typed(&names(name), |v| values::parse_header_lines(v, direction))
             .map_or(Dynamic::UNIT, |pairs| {
                 let arr: Array = pairs
                     .into_iter()
@@ -744,13 +767,38 @@ impl Ctx {
             })
     }
 
-    /// `[METHOD] URI` → `#{method, uri}`.
+    /// One rule per line → `[[regex, replacement], ...]`.
+    fn get_rewrites(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_rewrites)
+            .map_or(Dynamic::UNIT, |rules| {
+                Dynamic::from_array(
+                    rules
+                        .into_iter()
+                        .map(|(r, s)| Dynamic::from_array(vec![r.into(), s.into()]))
+                        .collect(),
+                )
+            })
+    }
+
+    /// `[METHOD] URI [VERSION]` → `#{method, uri}`, with `version` (a string) and `headers`
+    /// (an array of `[name, value]`) when the value has them.
     fn get_http_check(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), parse_http_check)
-            .map_or(Dynamic::UNIT, |(m, u)| {
+            .map_or(Dynamic::UNIT, |c| {
                 let mut map = Map::new();
-                map.insert("method".into(), m.into());
-                map.insert("uri".into(), u.into());
+                map.insert("method".into(), c.method.into());
+                map.insert("uri".into(), c.uri.into());
+                if let Some(version) = c.version {
+                    map.insert("version".into(), version.into());
+                }
+                if !c.headers.is_empty() {
+                    let headers: Array = c
+                        .headers
+                        .into_iter()
+                        .map(|(n, v)| Dynamic::from_array(vec![n.into(), v.into()]))
+                        .collect();
+                    map.insert("headers".into(), Dynamic::from_array(headers));
+                }
                 Dynamic::from_map(map)
             })
     }
@@ -960,23 +1008,112 @@ pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
     }
 }
 
+/// `path-rewrite` as the incumbent reads it: one rule per line (see [`parse_rewrite`]), applied
+/// in order; blank lines are skipped.
+pub fn parse_rewrites(v: &str) -> ParseResult<Vec<(String, String)>> {
+    let mut rules = Vec::new();
+    for (i, line) in v.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line).trim();
+        if line.is_empty() {
+            continue;
+        }
+        rules.push(parse_rewrite(line).map_err(|e| format!("line {}: {e}", i + 1))?);
+    }
+    if rules.is_empty() {
+        return Err("no rewrite rule".to_string());
+    }
+    if rules.len() > values::MAX_REWRITES {
+        return Err(format!(
+            "{} rewrite rules, more than {}",
+            rules.len(),
+            values::MAX_REWRITES
+        ));
+    }
+    Ok(rules)
+}
+
 /// HTTP methods a health check may use.
 pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
 
-/// `check-http`: `URI` or `METHOD URI`.
-pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
+/// HTTP versions a health check may name.
+pub const CHECK_VERSIONS: &[&str] = &["HTTP/1.0", "HTTP/1.1"];
+
+/// `check-http` as the incumbent reads it: `URI`, `METHOD URI` or `METHOD URI VERSION`, where
+/// VERSION may carry headers in HAProxy's old `option httpchk` form,
+/// `HTTP/1.1\r\nHost:\ example.com` (the `\r\n` and `\ ` written as such).
+pub fn parse_http_check(v: &str) -> ParseResult<crate::model::HttpCheck> {
     if v.chars().any(char::is_control) {
         return Err(format!("{v} contains control characters", v = quoted(v)));
     }
-    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
-    match words.as_slice() {
-        [uri] => Ok(("GET".to_string(), values::parse_path(uri)?)),
-        [method, uri] => Ok((
+    // The old form escapes the spaces of its headers: they are not word separators.
+    let words: Vec<String> = {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut chars = v.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    chars.next();
+                    word.push_str("\\ ");
+                }
+                ' ' | '\t' => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        words
+    };
+    let (method, uri, version) = match words.as_slice() {
+        [uri] => ("GET".to_string(), uri, None),
+        [method, uri] => (values::parse_enum(method, CHECK_METHODS)?, uri, None),
+        [method, uri, version] => (
             values::parse_enum(method, CHECK_METHODS)?,
-            values::parse_path(uri)?,
-        )),
-        _ => Err(format!("{v} is not 'URI' or 'METHOD URI'", v = quoted(v))),
+            uri,
+            Some(version.as_str()),
+        ),
+        _ => {
+            return Err(format!(
+                "{v} is not 'URI', 'METHOD URI' or 'METHOD URI VERSION'",
+                v = quoted(v)
+            ));
+        }
+    };
+    let uri = values::parse_path(uri)?;
+    let mut headers = Vec::new();
+    let version = match version {
+        None => None,
+        Some(text) => {
+            let mut parts = text.split("\\r\\n");
+            let version = parts.next().unwrap_or_default();
+            let version = values::parse_enum(version, CHECK_VERSIONS)?;
+            for header in parts.filter(|h| !h.is_empty()) {
+                let (name, value) = header
+                    .split_once(':')
+                    .ok_or_else(|| format!("{} is not a 'Name:\\ value' header", quoted(header)))?;
+                let value = value.replace("\\ ", " ");
+                headers.push((
+                    values::parse_header_name(name)?,
+                    values::parse_header_value(value.trim())?,
+                ));
+            }
+            Some(version)
+        }
+    };
+    if headers.len() > 8 {
+        return Err("a health check may send at most 8 headers".to_string());
     }
+    Ok(crate::model::HttpCheck {
+        method,
+        uri,
+        version,
+        headers,
+    })
 }
 
 /// Makes `ctx` and its accessors available to scripts.
@@ -1001,10 +1138,12 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("header_name", Ctx::get_header_name)
         .register_fn("header_value", Ctx::get_header_value)
         .register_fn("headers", Ctx::get_headers)
+        .register_fn("headers", Ctx::get_headers_of)
         .register_fn("host", Ctx::get_host)
         .register_fn("cookie_name", Ctx::get_cookie_name)
         .register_fn("path", Ctx::get_path)
         .register_fn("rewrite", Ctx::get_rewrite)
+        .register_fn("rewrites", Ctx::get_rewrites)
         .register_fn("http_check", Ctx::get_http_check)
         .register_fn("secret_ref", Ctx::get_secret_ref)
         .register_fn("alpn", Ctx::get_alpn)

@@ -37,6 +37,7 @@ pub const TYPES: &[&str] = &[
     "cookie_name",
     "path",
     "rewrite",
+    "rewrites",
     "http_check",
     "secret_ref",
     "alpn",
@@ -215,7 +216,7 @@ impl Vocabulary {
             let Some((_, name)) = annotation_name(key) else {
                 continue;
             };
-            if let Some(message) = self.verdict(name, object.kind) {
+            if let Some(message) = self.verdict(name, object.kind, "annotation") {
                 diags.object(
                     Severity::Warning,
                     object,
@@ -237,14 +238,14 @@ impl Vocabulary {
     ) {
         for key in keys {
             let name = annotation_name(key).map_or(key.as_str(), |(_, n)| n);
-            if let Some(message) = self.verdict(name, Kind::ConfigMap) {
+            if let Some(message) = self.verdict(name, Kind::ConfigMap, "key") {
                 diags.object(Severity::Warning, object, format!("key {key}"), message);
             }
         }
     }
 
     /// Why `name` on an object of `kind` is not read, or `None` when it is.
-    fn verdict(&self, name: &str, kind: Kind) -> Option<String> {
+    fn verdict(&self, name: &str, kind: Kind, noun: &str) -> Option<String> {
         match self.names.get(name) {
             Some(known) if known.objects.contains(&kind) => None,
             Some(known) => {
@@ -258,9 +259,9 @@ impl Vocabulary {
             }
             None => Some(match self.closest(name) {
                 Some(near) => {
-                    format!("ignored: no script reads this annotation; did you mean {near}?")
+                    format!("ignored: no script reads this {noun}; did you mean {near}?")
                 }
-                None => "ignored: no script reads this annotation".to_string(),
+                None => format!("ignored: no script reads this {noun}"),
             }),
         }
     }
