@@ -190,6 +190,28 @@ mod tests {
         );
     }
 
+    /// `lf` prints only header values in format form: vetted samples, `%%`, no `$`, no line
+    /// break; single quotes when it can, double quotes with escapes when the value has one.
+    #[test]
+    fn lf_prints_only_checked_header_formats() {
+        let env = env();
+        let lf = |v: &str| env.render_str("{{ a|lf }}", minijinja::context! { a => v });
+        assert_eq!(lf("%[src] 100%%").unwrap(), "'%[src] 100%%'");
+        assert_eq!(lf(r#"it's "x" \ #1"#).unwrap(), r#""it's \"x\" \\ #1""#);
+        for bad in [
+            "%[env(X)]",
+            "%[src,map(/etc/passwd)]",
+            "50%",
+            "$HOME",
+            "a\nb",
+            "a\rb",
+            " a",
+            "",
+        ] {
+            assert!(lf(bad).is_err(), "{bad:?} was printed");
+        }
+    }
+
     #[test]
     fn snippet_lines_are_checked_for_the_section_named() {
         let env = env();
