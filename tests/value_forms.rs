@@ -224,3 +224,57 @@ fn unknown_annotations_are_reported_with_a_suggestion() {
         ]
     );
 }
+
+/// A site script's declared annotation is known, so not reported; the same script without the
+/// declaration leaves it reported. A malformed declaration does not compile.
+#[test]
+fn a_site_scripts_declarations_extend_the_known_names() {
+    let objects = || {
+        site(
+            "web",
+            json!({}),
+            json!({"portcullis.io/maintenance-page": "down for maintenance"}),
+        )
+    };
+    let script = |read: &str| {
+        format!(
+            "// zz-maintenance.rhai: answer 503 with a page.\n//\n// Scope:    route\n// Risk:     low\n{read}\n\nfn route(ctx) {{\n    let page = ctx.header_value(\"maintenance-page\");\n    if page != () {{ ctx.warn(page); }}\n}}\n"
+        )
+    };
+    let warnings = |read: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("zz-maintenance.rhai"), script(read)).unwrap();
+        let pipeline = portcullis::source::site::load_pipeline(
+            Some(dir.path()),
+            None,
+            TranslateConfig::default(),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        let output = pipeline.run(&Store::from_objects(objects())).unwrap();
+        Ok::<Vec<String>, String>(output.diagnostics.iter().map(ToString::to_string).collect())
+    };
+    let declared = warnings(
+        "// Read:     maintenance-page header_value from Ingress, ConfigMap default none: the\n//           text of the 503 page.",
+    )
+    .unwrap();
+    assert_eq!(declared.len(), 1, "{declared:?}");
+    assert!(
+        declared[0].starts_with("warning: Ingress forms/web: script ")
+            && declared[0].ends_with("zz-maintenance.rhai: down for maintenance"),
+        "{declared:?}"
+    );
+    let undeclared = warnings("").unwrap();
+    assert!(
+        undeclared.iter().any(|d| d.contains(
+            "annotation portcullis.io/maintenance-page: ignored: no script reads this annotation"
+        )),
+        "{undeclared:?}"
+    );
+    let malformed = warnings("// Read:     maintenance-page page from Ingress: the text.");
+    assert!(
+        malformed
+            .as_ref()
+            .is_err_and(|e| e.contains("is not one of")),
+        "{malformed:?}"
+    );
+}
