@@ -241,7 +241,7 @@ fn only_quoted(line: &str) -> bool {
     ]
     .iter()
     .any(|p| line.starts_with(p));
-    if !rule || line.matches('\'').count() % 2 != 0 {
+    if !rule || !line.matches('\'').count().is_multiple_of(2) {
         return false;
     }
     // The parts outside single quotes are the even ones.
