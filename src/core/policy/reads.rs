@@ -170,8 +170,7 @@ fn check_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Every name the loaded scripts declare, with the objects each may come from and the
-/// scripts that declare it.
+/// Every name the loaded scripts declare, with the objects each may come from.
 #[derive(Debug, Default)]
 pub struct Vocabulary {
     names: BTreeMap<String, Known>,
