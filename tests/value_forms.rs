@@ -11,6 +11,7 @@ use portcullis::objects::Object;
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::store::Store;
 use portcullis::translate::TranslateConfig;
+use portcullis::values;
 use serde_json::json;
 
 fn object(v: serde_json::Value) -> Object {
@@ -277,4 +278,55 @@ fn a_site_scripts_declarations_extend_the_known_names() {
             .is_err_and(|e| e.contains("is not one of")),
         "{malformed:?}"
     );
+}
+
+/// Every fetch and converter the header allowlist names, in each message it is allowed in,
+/// passes `haproxy -c`: an accepted value never makes HAProxy refuse the configuration.
+#[test]
+fn what_the_header_allowlist_names_haproxy_accepts() {
+    let with_arg = |fetch: &str| match fetch {
+        "req.hdr" | "hdr" | "res.hdr" => format!("{fetch}(X-A)"),
+        "req.cook" => format!("{fetch}(sid)"),
+        "ssl_c_s_dn" | "ssl_c_i_dn" => format!("{fetch}(CN,1)"),
+        _ => fetch.to_string(),
+    };
+    let request_only = [
+        "method", "path", "base", "url", "query", "req.hdr", "hdr", "req.cook",
+    ];
+    let response_only = ["status", "res.hdr"];
+    let mut request = Vec::new();
+    let mut response = Vec::new();
+    for fetch in values::header_fetch_names() {
+        let sample = with_arg(fetch);
+        if !response_only.contains(&fetch) {
+            request.push(format!("X-R{} %[{sample}]", request.len()));
+        }
+        if !request_only.contains(&fetch) {
+            response.push(format!("X-S{} %[{sample}]", response.len()));
+        }
+    }
+    for converter in values::header_converter_names() {
+        let conv = if converter == "ipmask" {
+            "ipmask(24)".to_string()
+        } else {
+            converter.to_string()
+        };
+        request.push(format!("X-C{} %[src,{conv}]", request.len()));
+    }
+    let output = run(site(
+        "all",
+        json!({}),
+        json!({
+            "haproxy.org/request-set-header": request.join("\n"),
+            "haproxy.org/response-set-header": response.join("\n"),
+        }),
+    ));
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let cfg = haproxy_cfg(&output);
+    assert!(
+        cfg.contains("%[ssl_c_s_dn(CN,1)]") && cfg.contains("%[res.hdr(X-A)]"),
+        "{cfg}"
+    );
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
 }
