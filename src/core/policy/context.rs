@@ -23,6 +23,8 @@ use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
 
+use super::reads::{CallArgs, Declared};
+
 /// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
 /// prefixes are accepted so its manifests work unchanged; it strips `haproxy.org/`,
 /// `ingress.kubernetes.io/` and `haproxy.com/` alike (in that order) and also reads the bare
@@ -245,6 +247,9 @@ pub struct Report {
 pub struct Log {
     pub reads: Vec<(ReadKey, ReadValue)>,
     pub reports: Vec<Report>,
+    /// The first read the script does not declare (see [`super::reads::Declared`]): it
+    /// fails the call even when the script catches the error.
+    pub undeclared: Option<String>,
 }
 
 impl Log {
@@ -450,6 +455,9 @@ pub struct Ctx {
     closed: Option<Arc<str>>,
     /// The script being run, for `ctx.warn` messages.
     script: Arc<str>,
+    /// What the script declares it reads; every read is checked against it (unchecked when
+    /// absent, as in this module's tests).
+    declared: Option<Arc<Declared>>,
     log: Arc<Mutex<Log>>,
 }
 
@@ -461,8 +469,37 @@ impl Ctx {
             view: Vec::new(),
             closed: None,
             script: script.into(),
+            declared: None,
             log: Arc::default(),
         }
+    }
+
+    /// Checks every read against what the script declares.
+    pub fn checking(mut self, declared: Arc<Declared>) -> Self {
+        self.declared = Some(declared);
+        self
+    }
+
+    /// Refuses a read of `name` through `accessor` the script does not declare (or declares
+    /// with another type): an error that fails the call, and is noted in the log so that
+    /// catching it does not help.
+    fn guard(
+        &self,
+        name: &Dynamic,
+        accessor: &str,
+        args: Option<&CallArgs>,
+    ) -> Result<(), Box<rhai::EvalAltResult>> {
+        let Some(declared) = &self.declared else {
+            return Ok(());
+        };
+        for name in names(name.clone()) {
+            if let Some(why) = declared.refuse(&name, accessor, args) {
+                let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+                log.undeclared.get_or_insert_with(|| why.clone());
+                return Err(why.into());
+            }
+        }
+        Ok(())
     }
 
     /// What the call read and reported so far (a call that panicked keeps what it logged).
@@ -552,6 +589,7 @@ impl Ctx {
             view,
             closed,
             script: self.script.clone(),
+            declared: self.declared.clone(),
             log: self.log.clone(),
         }
     }
@@ -1116,8 +1154,20 @@ pub fn parse_http_check(v: &str) -> ParseResult<crate::model::HttpCheck> {
     })
 }
 
-/// Makes `ctx` and its accessors available to scripts.
+/// What a checked accessor gives a script.
+type Checked = Result<Dynamic, Box<rhai::EvalAltResult>>;
+
+/// Makes `ctx` and its accessors available to scripts. Every accessor that reads a setting
+/// checks first that the script declares it ([`Ctx::guard`]).
 pub(crate) fn register(engine: &mut Engine) {
+    macro_rules! plain {
+        ($($name:literal => $method:ident),* $(,)?) => {
+            $(engine.register_fn($name, |c: &mut Ctx, name: Dynamic| -> Checked {
+                c.guard(&name, $name, None)?;
+                Ok(c.$method(name))
+            });)*
+        };
+    }
     engine
         .register_type_with_name::<Ctx>("Context")
         .register_type_with_name::<Snippet>("Snippet")
@@ -1127,40 +1177,77 @@ pub(crate) fn register(engine: &mut Engine) {
         })
         .register_get("name", |c: &mut Ctx| c.read_subject(SubjectPart::Name))
         .register_fn("fact", Ctx::fact)
-        .register_fn("has", Ctx::has)
-        .register_fn("bool", Ctx::get_bool)
-        .register_fn("int", Ctx::get_int)
-        .register_fn("size", Ctx::get_size)
-        .register_fn("duration", Ctx::get_duration)
-        .register_fn("choice", Ctx::get_choice)
-        .register_fn("cidrs", Ctx::get_cidrs)
-        .register_fn("balance", Ctx::get_balance)
-        .register_fn("header_name", Ctx::get_header_name)
-        .register_fn("header_value", Ctx::get_header_value)
-        .register_fn("headers", Ctx::get_headers)
-        .register_fn("headers", Ctx::get_headers_of)
-        .register_fn("host", Ctx::get_host)
-        .register_fn("cookie_name", Ctx::get_cookie_name)
-        .register_fn("path", Ctx::get_path)
-        .register_fn("rewrite", Ctx::get_rewrite)
-        .register_fn("rewrites", Ctx::get_rewrites)
-        .register_fn("http_check", Ctx::get_http_check)
-        .register_fn("secret_ref", Ctx::get_secret_ref)
-        .register_fn("alpn", Ctx::get_alpn)
-        .register_fn("cors_origin", Ctx::get_cors_origin)
-        .register_fn("http_methods", Ctx::get_http_methods)
-        .register_fn("header_names", Ctx::get_header_names)
-        .register_fn("snippet", Ctx::get_snippet)
+        .register_fn(
+            "has",
+            |c: &mut Ctx, name: Dynamic| -> Result<bool, Box<rhai::EvalAltResult>> {
+                c.guard(&name, "has", None)?;
+                Ok(c.has(name))
+            },
+        )
+        .register_fn(
+            "int",
+            |c: &mut Ctx, name: Dynamic, min: INT, max: INT| -> Checked {
+                c.guard(&name, "int", Some(&CallArgs::Range(min, max)))?;
+                Ok(c.get_int(name, min, max))
+            },
+        )
+        .register_fn(
+            "choice",
+            |c: &mut Ctx, name: Dynamic, allowed: Array| -> Checked {
+                let words = allowed.iter().map(ToString::to_string).collect();
+                c.guard(&name, "choice", Some(&CallArgs::Words(words)))?;
+                Ok(c.get_choice(name, allowed))
+            },
+        )
+        .register_fn(
+            "headers",
+            |c: &mut Ctx, name: Dynamic, message: &str| -> Checked {
+                c.guard(&name, "headers", None)?;
+                c.get_headers_of(name, message)
+            },
+        )
+        .register_fn(
+            "ignore_on",
+            |c: &mut Ctx,
+             kind: &str,
+             name: Dynamic,
+             reason: &str|
+             -> Result<bool, Box<rhai::EvalAltResult>> {
+                c.guard(&name, "ignore_on", None)?;
+                Ok(c.ignore_on(kind, name, reason))
+            },
+        )
         .register_fn("warn", Ctx::warn)
         .register_fn("without", Ctx::without)
         .register_fn("fail_closed", Ctx::fail_closed)
-        .register_fn("redirect", Ctx::get_redirect)
-        .register_fn("samples", Ctx::get_samples)
-        .register_fn("acl", Ctx::get_acl)
-        .register_fn("service", Ctx::service)
-        .register_fn("ignore_on", Ctx::ignore_on)
-        .register_fn("syslog_servers", Ctx::get_syslog_servers)
-        .register_fn("log_format", Ctx::get_log_format);
+        .register_fn("service", Ctx::service);
+    plain! {
+        "bool" => get_bool,
+        "size" => get_size,
+        "duration" => get_duration,
+        "cidrs" => get_cidrs,
+        "balance" => get_balance,
+        "header_name" => get_header_name,
+        "header_value" => get_header_value,
+        "headers" => get_headers,
+        "host" => get_host,
+        "cookie_name" => get_cookie_name,
+        "path" => get_path,
+        "rewrite" => get_rewrite,
+        "rewrites" => get_rewrites,
+        "http_check" => get_http_check,
+        "secret_ref" => get_secret_ref,
+        "alpn" => get_alpn,
+        "cors_origin" => get_cors_origin,
+        "http_methods" => get_http_methods,
+        "header_names" => get_header_names,
+        "snippet" => get_snippet,
+        "redirect" => get_redirect,
+        "samples" => get_samples,
+        "acl" => get_acl,
+        "syslog_servers" => get_syslog_servers,
+        "log_format" => get_log_format,
+    }
 }
 
 #[cfg(test)]

@@ -304,7 +304,7 @@ impl Calls<'_> {
         *read_facts |= log.read_facts();
         take(value.as_ref().map_err(|e| &**e), &log.reports);
         if let Ok(value) = value {
-            let Log { reads, reports } = log;
+            let Log { reads, reports, .. } = log;
             memo.remember(
                 script,
                 hook,

@@ -235,6 +235,8 @@ struct Script {
     ast: AST,
     hooks: Vec<Hook>,
     declaration: Declaration,
+    /// What its reads are checked against.
+    declared: Arc<reads::Declared>,
     /// Names the script's results in the memo: a hash of its name and text, so that an
     /// unchanged script keeps its results across a reload of the script set.
     memo_id: u64,
@@ -344,6 +346,25 @@ impl PolicyEngine {
                         });
                         continue;
                     }
+                    let declared = Arc::new(reads::Declared::new(&declaration.reads));
+                    let mut refused = false;
+                    for read in reads::literal_reads(&ast) {
+                        for name in &read.names {
+                            if let Some(message) =
+                                declared.refuse(name, &read.accessor, read.args.as_ref())
+                            {
+                                refused = true;
+                                errors.push(PolicyError::ScriptCompile {
+                                    file: display.clone(),
+                                    line: read.line,
+                                    message,
+                                });
+                            }
+                        }
+                    }
+                    if refused {
+                        continue;
+                    }
                     let memo_id = {
                         use std::hash::{Hash, Hasher};
                         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -356,6 +377,7 @@ impl PolicyEngine {
                         ast,
                         hooks,
                         declaration,
+                        declared,
                         memo_id,
                     });
                 }
@@ -543,7 +565,7 @@ impl PolicyEngine {
 
     /// `script`'s `hook` called on `ctx`, counted on `budget`.
     fn call(&self, script: &Script, hook: Hook, ctx: &HookContext, budget: &mut Budget) -> Call {
-        let ctx = context::Ctx::new(ctx, &script.display);
+        let ctx = context::Ctx::new(ctx, &script.display).checking(script.declared.clone());
         let (value, operations, stop) = self.engines.lend(|metered| {
             metered.meter.start(budget.left());
             // A panic inside the engine or an accessor must only cost this object its
@@ -567,9 +589,18 @@ impl PolicyEngine {
             (value, operations, stop)
         });
         budget.spend(operations, stop.is_some());
+        let log = ctx.take_log();
+        // An undeclared read fails the call even when the script caught its error.
+        let value = match (&log.undeclared, value) {
+            (Some(why), Ok(_)) => Err(Box::new(rhai::EvalAltResult::ErrorRuntime(
+                why.as_str().into(),
+                rhai::Position::NONE,
+            ))),
+            (_, value) => value,
+        };
         Call {
             value,
-            log: ctx.take_log(),
+            log,
             operations,
         }
     }
@@ -610,10 +641,17 @@ impl PolicyEngine {
                     rhai::EvalAltResult::ErrorTerminated(token, _) => {
                         format!("stopped: {token}")
                     }
+                    // The line is said once, before.
+                    rhai::EvalAltResult::ErrorRuntime(message, _) => message.to_string(),
                     other => other.to_string(),
                 };
+                let at = if line == 0 {
+                    String::new()
+                } else {
+                    format!("line {line}: ")
+                };
                 diags.push(script_error(format!(
-                    "line {line}: {reason}; this script's settings are not applied to this object"
+                    "{at}{reason}; this script's settings are not applied to this object"
                 )));
             }
         }
@@ -792,7 +830,7 @@ mod tests {
     fn remembered_results_follow_every_read() {
         let engine = PolicyEngine::compile(vec![source(
             "reads.rhai",
-            r#"
+            r#"// Read: timeout-server duration from Service, ConfigMap: t.
 fn backend(ctx) {
     if ctx.fact("tier") == "slow" { return #{ "timeout_server": 9000 }; }
     if ctx.name == "loud" { ctx.warn("loud backend"); }
@@ -852,7 +890,7 @@ fn backend(ctx) {
     fn whole_runs_without_fact_reads_are_shared_across_facts() {
         let engine = PolicyEngine::compile(vec![source(
             "tiers.rhai",
-            r#"
+            r#"// Read: timeout-server duration from Service: t.
 fn backend(ctx) {
     if ctx.duration("timeout-server") == () { return #{ "timeout_server": 5000 }; }
     if ctx.fact("tier") == "slow" { #{ "timeout_server": 9000 } } else { #{ "timeout_server": 1000 } }
@@ -968,57 +1006,24 @@ fn backend(ctx) {
         )
     }
 
-    /// The names a script passes as string literals to `ctx`'s accessors (the names it
-    /// builds at run time are not seen).
-    fn literal_reads(text: &str) -> Vec<String> {
-        let mut out = Vec::new();
-        let accessors = reads::TYPES.iter().copied().chain(["has", "ignore_on"]);
-        for accessor in accessors {
-            let call = format!(".{accessor}(");
-            for (at, _) in text.match_indices(&call) {
-                let mut args = &text[at + call.len()..];
-                if accessor == "ignore_on" {
-                    args = args.split_once(',').map_or("", |(_, rest)| rest);
-                }
-                let args = args.trim_start();
-                let list = match args.strip_prefix('[') {
-                    Some(rest) => rest.split(']').next().unwrap_or_default(),
-                    None => args.split([',', ')']).next().unwrap_or_default(),
-                };
-                for item in list.split(',').map(str::trim) {
-                    if let Some(name) = item.strip_prefix('"').and_then(|i| i.strip_suffix('"')) {
-                        out.push(name.to_string());
-                    }
-                }
-            }
-        }
-        out
-    }
-
-    /// Every name a bundled script reads is one it declares, so no annotation it reads is
-    /// reported as unknown.
+    /// Every name a bundled script reads is one it declares (the compile-time check), and
+    /// the names timeouts.rhai builds at run time are declared too.
     #[test]
     fn bundled_scripts_declare_what_they_read() {
         let engine = PolicyEngine::load(None).unwrap();
-        let mut checked = 0;
-        for (file, declaration) in engine.declarations() {
-            let declared: Vec<&str> = declaration.reads.iter().flat_map(|r| r.names()).collect();
-            for name in literal_reads(&file.text) {
-                assert!(
-                    declared.contains(&name.as_str()),
-                    "{} reads {name} without declaring it",
-                    file.name
-                );
-                checked += 1;
-            }
+        let literal: usize = engine
+            .scripts
+            .iter()
+            .map(|s| reads::literal_reads(&s.ast).len())
+            .sum();
+        assert!(literal > 50, "{literal}");
+        for script in &engine.scripts {
             assert!(
-                !declaration.reads.is_empty(),
+                !script.declaration.reads.is_empty(),
                 "{} declares no reads",
-                file.name
+                script.display
             );
         }
-        assert!(checked > 50, "{checked}");
-        // The names timeouts.rhai builds.
         for name in [
             "client",
             "client-fin",
@@ -1032,6 +1037,116 @@ fn backend(ctx) {
             assert!(
                 engine.vocabulary().knows(&format!("timeout-{name}")),
                 "{name}"
+            );
+        }
+    }
+
+    /// A literal read the header does not declare, or declares with another type or other
+    /// arguments, is a compile error naming the file, the line and the name.
+    #[test]
+    fn undeclared_literal_reads_are_compile_errors() {
+        let header = "// Scope: route\n// Risk: low\n// Read: set-host host from Ingress: h.\n// Read: hsts-max-age int(0..100) from Ingress: a.\n// Read: mode choice(a|b) from Ingress: m.\n";
+        let refused = |body: &str| {
+            let text = format!("{header}fn route(ctx) {{\n{body}\n}}");
+            match PolicyEngine::compile(vec![source("r.rhai", &text)]) {
+                Ok(_) => String::new(),
+                Err(e) => e
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            }
+        };
+        let ok = "let h = ctx.host(\"set-host\"); let a = ctx.int(\"hsts-max-age\", 0, 100); let m = ctx.choice(\"mode\", [\"a\", \"b\"]); if ctx.has(\"mode\") { ctx.ignore_on(\"Service\", [\"set-host\"], \"x\"); }";
+        assert_eq!(refused(ok), "");
+        for (body, expected) in [
+            (
+                "let t = ctx.duration(\"timeout-server\");",
+                "scripts/r.rhai (bundled): line 7: reads \"timeout-server\" (ctx.duration) without declaring it",
+            ),
+            (
+                "if ctx.has([\"set-host\", \"sethost\"]) {}",
+                "line 7: reads \"sethost\" (ctx.has) without declaring it",
+            ),
+            (
+                "ctx.ignore_on(\"Service\", \"other\", \"x\");",
+                "reads \"other\" (ctx.ignore_on) without declaring it",
+            ),
+            (
+                "let h = ctx.path(\"set-host\");",
+                "reads \"set-host\" through ctx.path, but it is declared as host",
+            ),
+            (
+                "let a = ctx.int(\"hsts-max-age\", 1, 100);",
+                "it reads the range 1..100 but the declaration says 0..100",
+            ),
+            (
+                "let m = ctx.choice(\"mode\", [\"a\"]);",
+                "it allows a but the declaration says a|b",
+            ),
+        ] {
+            let message = refused(body);
+            assert!(message.contains(expected), "{body}: {message}");
+        }
+    }
+
+    /// A name built at run time that the header does not declare fails that hook call, with
+    /// an error naming the script and the name, whether or not the script catches it, and
+    /// again on the next run (a failed call is never remembered); the other scripts apply.
+    #[test]
+    fn undeclared_runtime_reads_fail_the_call() {
+        let engine = PolicyEngine::compile(vec![
+            source(
+                "built.rhai",
+                "// Read: timeout-server duration from Service: t.\nfn backend(ctx) { let n = \"timeout-\" + ctx.name; let t = ctx.duration(n); #{ maxconn: 5 } }",
+            ),
+            source(
+                "caught.rhai",
+                "// Read: timeout-server duration from Service: t.\nfn backend(ctx) { let n = \"x-\" + ctx.name; try { ctx.bool(n) } catch {} #{ maxconn: 9 } }",
+            ),
+            source(
+                "typed.rhai",
+                "// Read: timeout-server duration from Service: t.\nfn backend(ctx) { let n = \"timeout-\" + \"server\"; let t = ctx.int(n, 1, 2); #{ forwarded_for: false } }",
+            ),
+            source(
+                "fine.rhai",
+                "// Read: timeout-server duration from Service: t.\nfn backend(ctx) { let n = \"timeout-\" + \"server\"; let t = ctx.duration(n); #{ timeout_server: t ?? 7 } }",
+            ),
+        ])
+        .unwrap();
+        for _ in 0..3 {
+            engine.begin_run();
+            let mut diags = Diagnostics::new();
+            let out = run_backend(
+                &engine,
+                &service_ctx(&[("haproxy.org/timeout-server", "3s")]),
+                &mut diags,
+            );
+            assert_eq!(
+                out.maxconn, None,
+                "built.rhai's and caught.rhai's are dropped"
+            );
+            assert_eq!(
+                out.timeouts.get(&crate::model::Timeout::Server).copied(),
+                Some(3000)
+            );
+            let msgs: Vec<String> = diags.into_sorted().iter().map(|d| d.to_string()).collect();
+            assert_eq!(msgs.len(), 3, "{msgs:?}");
+            assert!(
+                msgs[0].starts_with("error: scripts/built.rhai (bundled): backend() for Service ns/web: line 4: reads")
+                    && msgs[0].contains("reads \"timeout-web\" (ctx.duration) without declaring it"),
+                "{msgs:?}"
+            );
+            assert!(
+                msgs[1].starts_with("error: scripts/caught.rhai (bundled): backend() for Service ns/web: reads \"x-web\" (ctx.bool) without declaring it"),
+                "{msgs:?}"
+            );
+            assert!(
+                msgs[2].contains("typed.rhai")
+                    && msgs[2].contains(
+                        "reads \"timeout-server\" through ctx.int, but it is declared as duration"
+                    ),
+                "{msgs:?}"
             );
         }
     }
@@ -1172,7 +1287,8 @@ fn backend(ctx) {
     fn bad_annotation_is_reported_with_object_and_field() {
         let engine = PolicyEngine::compile(vec![source(
             "t.rhai",
-            r#"fn backend(ctx) { let t = ctx.duration("timeout-server"); if t != () { #{ timeout_server: t } } }"#,
+            r#"// Read: timeout-server duration from Service: t.
+fn backend(ctx) { let t = ctx.duration("timeout-server"); if t != () { #{ timeout_server: t } } }"#,
         )])
         .unwrap();
         let mut diags = Diagnostics::new();
@@ -1198,7 +1314,8 @@ fn backend(ctx) {
             ),
             source(
                 "snippet.rhai",
-                r#"fn backend(ctx) { let s = ctx.snippet("backend-config-snippet"); if s != () { #{ config_snippet: s } } }"#,
+                r#"// Read: backend-config-snippet snippet from Service: s.
+fn backend(ctx) { let s = ctx.snippet("backend-config-snippet"); if s != () { #{ config_snippet: s } } }"#,
             ),
         ])
         .unwrap();

@@ -116,6 +116,7 @@ impl Read {
                 TYPES.join(", ")
             )));
         }
+        ValueType::parse(value_type).map_err(|e| err(&e))?;
         let tail = text[from_at + " from ".len()..colon].trim();
         let (kinds, default) = match tail.split_once(" default ") {
             Some((k, d)) => (k, Some(d.trim().trim_end_matches(',').to_string())),
@@ -150,6 +151,258 @@ impl Read {
             description,
         })
     }
+}
+
+/// A declared type as the checks use it: the accessor, and the arguments the declaration
+/// fixes (`int(1..100)`'s range, `choice(a|b)`'s words), if it gives any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueType {
+    /// `int` or `int(MIN..MAX)`.
+    Int(Option<(i64, i64)>),
+    /// `choice` or `choice(A|B|…)`.
+    Choice(Option<Vec<String>>),
+    /// Any other accessor, by name: its parser takes no arguments.
+    Plain(String),
+}
+
+impl ValueType {
+    /// Parses a declaration's TYPE (the base already known to be one of [`TYPES`]).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (base, args) = match text.split_once('(') {
+            Some((base, rest)) => {
+                let args = rest
+                    .strip_suffix(')')
+                    .filter(|a| !a.is_empty())
+                    .ok_or_else(|| format!("{text:?} has an unclosed or empty `(…)`"))?;
+                (base, Some(args))
+            }
+            None => (text, None),
+        };
+        match (base, args) {
+            ("int", None) => Ok(Self::Int(None)),
+            ("int", Some(range)) => {
+                let bound = |b: &str| {
+                    b.trim()
+                        .parse::<i64>()
+                        .map_err(|_| format!("{text:?}: {b:?} is not an integer"))
+                };
+                let (min, max) = range
+                    .split_once("..")
+                    .ok_or_else(|| format!("{text:?} is not `int(MIN..MAX)`"))?;
+                let (min, max) = (bound(min)?, bound(max)?);
+                if min > max {
+                    return Err(format!("{text:?}: the range is empty"));
+                }
+                Ok(Self::Int(Some((min, max))))
+            }
+            ("choice", None) => Ok(Self::Choice(None)),
+            ("choice", Some(words)) => Ok(Self::Choice(Some(
+                words.split('|').map(|w| w.trim().to_string()).collect(),
+            ))),
+            (base, None) => Ok(Self::Plain(base.to_string())),
+            (base, Some(_)) => Err(format!("{text:?}: {base} takes no `(…)`")),
+        }
+    }
+
+    /// The accessor that reads a value of this type.
+    pub fn accessor(&self) -> &str {
+        match self {
+            Self::Int(_) => "int",
+            Self::Choice(_) => "choice",
+            Self::Plain(base) => base,
+        }
+    }
+
+    /// Why a call of `accessor` with these arguments (`None` when they are not known before
+    /// the call runs) does not read this type, or `None` when it does.
+    pub fn mismatch(&self, accessor: &str, args: Option<&CallArgs>) -> Option<String> {
+        if accessor != self.accessor() {
+            return Some(format!("it is declared as {}", self.accessor()));
+        }
+        match (self, args) {
+            (Self::Int(Some((min, max))), Some(CallArgs::Range(a, b))) if (min, max) != (a, b) => {
+                Some(format!(
+                    "it reads the range {a}..{b} but the declaration says {min}..{max}"
+                ))
+            }
+            (Self::Choice(Some(words)), Some(CallArgs::Words(used))) if words != used => {
+                Some(format!(
+                    "it allows {} but the declaration says {}",
+                    used.join("|"),
+                    words.join("|")
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `raw` is a valid value of this type, as the accessor would parse it. `None`
+    /// for the types whose check depends on the object or the administrator's policy
+    /// (snippets), which only their hook can tell.
+    pub fn check(&self, raw: &str) -> Option<Result<(), String>> {
+        use crate::values;
+        fn ok<T>(r: values::ParseResult<T>) -> Option<Result<(), String>> {
+            Some(r.map(|_| ()))
+        }
+        if let Err(e) = values::check_value_size(raw) {
+            return Some(Err(e));
+        }
+        match self {
+            Self::Int(range) => {
+                let (min, max) = range.unwrap_or((i64::MIN, i64::MAX));
+                ok(values::parse_int(raw, min, max))
+            }
+            Self::Choice(Some(words)) => {
+                let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+                ok(values::parse_enum(raw, &refs))
+            }
+            Self::Choice(None) => None,
+            Self::Plain(base) => match base.as_str() {
+                "bool" => ok(values::parse_bool(raw)),
+                "size" => ok(values::parse_size(raw)),
+                "duration" => ok(values::parse_duration(raw)),
+                "cidrs" => ok(values::parse_cidr_list(raw)),
+                "balance" => ok(values::parse_balance(raw)),
+                "header_name" => ok(values::parse_header_name(raw)),
+                "header_value" => ok(values::parse_header_value(raw)),
+                "headers" => ok(values::parse_header_lines(raw, None)),
+                "host" => ok(values::parse_host_header(raw)),
+                "cookie_name" => ok(values::parse_cookie_name(raw)),
+                "path" => ok(values::parse_path(raw)),
+                "rewrite" => ok(super::context::parse_rewrite(raw)),
+                "rewrites" => ok(super::context::parse_rewrites(raw)),
+                "http_check" => ok(super::context::parse_http_check(raw)),
+                "secret_ref" => ok(values::parse_secret_ref(raw)),
+                "alpn" => ok(values::parse_alpn(raw)),
+                "cors_origin" => ok(values::parse_cors_origin(raw)),
+                "http_methods" => ok(values::parse_http_methods(raw)),
+                "header_names" => ok(values::parse_header_name_list(raw)),
+                "redirect" => ok(values::parse_redirect_target(raw)),
+                "samples" => ok(values::parse_capture_samples(raw)),
+                "acl" => ok(values::parse_route_acl(raw)),
+                "syslog_servers" => ok(super::global_keys::parse_syslog_servers(raw)),
+                "log_format" => ok(super::global_keys::parse_log_format(raw)),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// The arguments after the name of an accessor call, where they fix what it accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallArgs {
+    /// `ctx.int(name, MIN, MAX)`.
+    Range(i64, i64),
+    /// `ctx.choice(name, [A, B, …])`, each word as a string.
+    Words(Vec<String>),
+}
+
+/// The names one script declares, with their types: what its reads are checked against.
+#[derive(Debug, Default)]
+pub struct Declared {
+    types: HashMap<String, ValueType>,
+}
+
+impl Declared {
+    pub fn new<'a>(reads: impl IntoIterator<Item = &'a Read>) -> Self {
+        let mut types = HashMap::new();
+        for read in reads {
+            // Checked when the declaration was parsed.
+            let Ok(ty) = ValueType::parse(&read.value_type) else {
+                continue;
+            };
+            for name in read.names() {
+                types.insert(name.to_string(), ty.clone());
+            }
+        }
+        Self { types }
+    }
+
+    /// Why reading `name` through `accessor` (`has` and `ignore_on` read any type) is not
+    /// what the script declares, or `None` when it is.
+    pub fn refuse(&self, name: &str, accessor: &str, args: Option<&CallArgs>) -> Option<String> {
+        let Some(ty) = self.types.get(name) else {
+            return Some(format!(
+                "reads {name:?} (ctx.{accessor}) without declaring it: add a `// Read: {name} TYPE from KIND: DESCRIPTION` line to its header"
+            ));
+        };
+        if matches!(accessor, "has" | "ignore_on") {
+            return None;
+        }
+        ty.mismatch(accessor, args)
+            .map(|why| format!("reads {name:?} through ctx.{accessor}, but {why}"))
+    }
+}
+
+/// A read whose name is written in the script: `ctx.duration("timeout-server")`, or an
+/// array of names for a name and its aliases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiteralRead {
+    pub line: usize,
+    pub accessor: String,
+    pub names: Vec<String>,
+    /// The arguments fixing what it accepts, when they are written out too.
+    pub args: Option<CallArgs>,
+}
+
+/// Every method call in `ast` named like an accessor (or `has`, `ignore_on`) whose name
+/// argument is a literal: the reads a script's text shows. Names built at run time are
+/// checked when they are read.
+pub fn literal_reads(ast: &rhai::AST) -> Vec<LiteralRead> {
+    use rhai::{ASTNode, Expr};
+    let mut out = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        let Some(ASTNode::Expr(Expr::MethodCall(call, pos))) = path.last() else {
+            return true;
+        };
+        let accessor = call.name.as_str();
+        let at = match accessor {
+            "ignore_on" => 1,
+            "has" => 0,
+            a if TYPES.contains(&a) => 0,
+            _ => return true,
+        };
+        let literal = |i: usize| call.args.get(i).and_then(|a| a.get_literal_value(None));
+        let Some(names) = literal(at).and_then(|v| strings(&v)) else {
+            return true;
+        };
+        let args = match accessor {
+            "int" => match (literal(1), literal(2)) {
+                (Some(a), Some(b)) => a
+                    .as_int()
+                    .ok()
+                    .zip(b.as_int().ok())
+                    .map(|(a, b)| CallArgs::Range(a, b)),
+                _ => None,
+            },
+            "choice" => literal(1)
+                .and_then(|v| v.into_array().ok())
+                .map(|a| CallArgs::Words(a.iter().map(ToString::to_string).collect())),
+            _ => None,
+        };
+        out.push(LiteralRead {
+            line: pos.line().unwrap_or(0),
+            accessor: accessor.to_string(),
+            names,
+            args,
+        });
+        true
+    });
+    out
+}
+
+/// A literal string, or an array of literal strings.
+fn strings(value: &rhai::Dynamic) -> Option<Vec<String>> {
+    if value.is_string() {
+        return Some(vec![value.to_string()]);
+    }
+    value
+        .clone()
+        .into_array()
+        .ok()?
+        .iter()
+        .map(|v| v.is_string().then(|| v.to_string()))
+        .collect()
 }
 
 /// A setting name: lowercase letters, digits, `-` and `.`, starting with a letter or digit.
