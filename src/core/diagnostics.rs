@@ -135,10 +135,34 @@ impl Diagnostics {
         self.items.len()
     }
 
-    /// The diagnostics in a deterministic order, without duplicates.
+    /// The diagnostics in a deterministic order, without duplicates. An error that a field's
+    /// value is not of its declared type (ending in
+    /// [`crate::policy::reads::UNREAD_VALUE`]) is left out when another error on the same
+    /// object and field (a hook's, which says what happens instead) reports it.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
+        use crate::policy::reads::UNREAD_VALUE;
         self.items.sort();
         self.items.dedup();
+        let provisional =
+            |d: &Diagnostic| d.severity == Severity::Error && d.message.ends_with(UNREAD_VALUE);
+        if self.items.iter().any(provisional) {
+            let reported: std::collections::BTreeSet<(&Subject, &Option<String>)> = self
+                .items
+                .iter()
+                .filter(|d| d.severity == Severity::Error && !provisional(d))
+                .map(|d| (&d.subject, &d.field))
+                .collect();
+            let superseded: Vec<bool> = self
+                .items
+                .iter()
+                .map(|d| provisional(d) && reported.contains(&(&d.subject, &d.field)))
+                .collect();
+            let mut i = 0;
+            self.items.retain(|_| {
+                i += 1;
+                !superseded[i - 1]
+            });
+        }
         self.items
     }
 

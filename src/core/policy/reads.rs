@@ -434,7 +434,13 @@ pub struct Vocabulary {
 #[derive(Debug, Default, Clone)]
 struct Known {
     objects: Vec<Kind>,
+    /// Each declaration's type (as written, and parsed) with the kinds it is declared for.
+    types: Vec<(String, ValueType, Vec<Kind>)>,
 }
+
+/// How a type check's message ends: the value is reported before any hook reads it, and a
+/// hook's own report of the same field (which says what happens instead) replaces it.
+pub const UNREAD_VALUE: &str = "; ignored wherever it is read";
 
 impl Vocabulary {
     /// The vocabulary of these declarations.
@@ -447,6 +453,11 @@ impl Vocabulary {
                     if !known.objects.contains(kind) {
                         known.objects.push(*kind);
                     }
+                }
+                if let Ok(ty) = ValueType::parse(&read.value_type) {
+                    known
+                        .types
+                        .push((read.value_type.clone(), ty, read.objects.clone()));
                 }
             }
         }
@@ -462,44 +473,83 @@ impl Vocabulary {
     }
 
     /// Reports every annotation of `object` under an accepted prefix that no script reads on
-    /// an object of its kind: a warning naming the annotation, with the closest known name.
-    /// Annotations without a prefix are not reported: they may belong to anyone.
-    pub fn check_annotations<'a>(
+    /// an object of its kind: a warning naming the annotation, with the closest known name;
+    /// and every one that some script reads there but whose value is not of the declared
+    /// type ([`Self::check_value`]). Annotations without a prefix are not reported: they may
+    /// belong to anyone.
+    pub fn check_annotations(
         &self,
         object: &ObjectRef,
-        keys: impl IntoIterator<Item = &'a String>,
+        annotations: &BTreeMap<String, String>,
         diags: &mut Diagnostics,
     ) {
         let mut suggest = MAX_SUGGESTED_PER_OBJECT;
-        for key in keys {
+        for (key, value) in annotations {
             let Some((_, name)) = annotation_name(key) else {
                 continue;
             };
-            if let Some(message) = self.verdict(name, object.kind, "annotation", &mut suggest) {
-                diags.object(
-                    Severity::Warning,
-                    object,
-                    format!("annotation {key}"),
-                    message,
-                );
+            let field = || format!("annotation {key}");
+            match self.verdict(name, object.kind, "annotation", &mut suggest) {
+                Some(message) => diags.object(Severity::Warning, object, field(), message),
+                None => self.check_value(object, name, value, field, diags),
             }
+        }
+    }
+
+    /// Reports `value` of `name` on `object` when it is of none of the types declared for
+    /// that kind of object: an error naming the field and the type, before (and whether or
+    /// not) a hook reads it. Types whose check depends on more than the value (snippets,
+    /// a `choice` without its words) are left to the hook.
+    fn check_value(
+        &self,
+        object: &ObjectRef,
+        name: &str,
+        value: &str,
+        field: impl FnOnce() -> String,
+        diags: &mut Diagnostics,
+    ) {
+        let Some(known) = self.names.get(name) else {
+            return;
+        };
+        let mut first_error = None;
+        for (written, ty, kinds) in &known.types {
+            if !kinds.contains(&object.kind) {
+                continue;
+            }
+            match ty.check(value) {
+                None | Some(Ok(())) => return,
+                Some(Err(e)) => {
+                    first_error.get_or_insert((written, e));
+                }
+            }
+        }
+        if let Some((written, e)) = first_error {
+            diags.object(
+                Severity::Error,
+                object,
+                field(),
+                format!("declared {written}: {e}{UNREAD_VALUE}"),
+            );
         }
     }
 
     /// Reports every key of the controller ConfigMap that no script reads from a ConfigMap.
     /// A key with an accepted prefix is read as the name after it (see
     /// [`super::context::ValueSource::config_map`]).
-    pub fn check_config_map<'a>(
+    /// Values of a declared type are checked as on objects ([`Self::check_annotations`]).
+    pub fn check_config_map(
         &self,
         object: &ObjectRef,
-        keys: impl IntoIterator<Item = &'a String>,
+        data: &BTreeMap<String, String>,
         diags: &mut Diagnostics,
     ) {
         let mut suggest = MAX_SUGGESTED_PER_OBJECT;
-        for key in keys {
+        for (key, value) in data {
             let name = annotation_name(key).map_or(key.as_str(), |(_, n)| n);
-            if let Some(message) = self.verdict(name, Kind::ConfigMap, "key", &mut suggest) {
-                diags.object(Severity::Warning, object, format!("key {key}"), message);
+            let field = || format!("key {key}");
+            match self.verdict(name, Kind::ConfigMap, "key", &mut suggest) {
+                Some(message) => diags.object(Severity::Warning, object, field(), message),
+                None => self.check_value(object, name, value, field, diags),
             }
         }
     }
@@ -669,7 +719,7 @@ mod tests {
         ];
         let vocabulary = Vocabulary::new(&reads);
         let object = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
-        let keys: Vec<String> = [
+        let keys: BTreeMap<String, String> = [
             "haproxy.org/timeout-server",
             "haproxy.com/whitelist",
             "haproxy.org/timeout-sever",
@@ -681,7 +731,14 @@ mod tests {
             "kubectl.kubernetes.io/last-applied-configuration",
         ]
         .iter()
-        .map(|k| k.to_string())
+        .map(|k| {
+            let value = if k.ends_with("whitelist") {
+                "10.0.0.0/8"
+            } else {
+                "1s"
+            };
+            (k.to_string(), value.to_string())
+        })
         .collect();
         let mut diags = Diagnostics::new();
         vocabulary.check_annotations(&object, &keys, &mut diags);
@@ -703,8 +760,8 @@ mod tests {
         let reads = [Read::parse("timeout-server duration from Ingress: t.").unwrap()];
         let vocabulary = Vocabulary::new(&reads);
         let object = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
-        let keys: Vec<String> = (0..20)
-            .map(|i| format!("haproxy.org/timeout-serve{i}"))
+        let keys: BTreeMap<String, String> = (0..20)
+            .map(|i| (format!("haproxy.org/timeout-serve{i}"), String::new()))
             .collect();
         let mut diags = Diagnostics::new();
         vocabulary.check_annotations(&object, &keys, &mut diags);
@@ -713,6 +770,76 @@ mod tests {
             .filter(|d| d.message.contains("did you mean"))
             .count();
         assert_eq!((diags.len(), suggested), (20, 16));
+    }
+
+    /// A declared annotation's value is checked against its declared type once per object,
+    /// whether or not a hook reads it; the report gives way to a hook's own report of the
+    /// same field.
+    #[test]
+    fn values_are_checked_against_their_declared_type() {
+        let reads = [
+            Read::parse("timeout-server duration from Service, ConfigMap: t.").unwrap(),
+            Read::parse("pod-maxconn int(1..100) from Service: m.").unwrap(),
+            Read::parse("server-proto choice(h1|h2) from Service: p.").unwrap(),
+            Read::parse("backend-config-snippet snippet from Service: s.").unwrap(),
+            Read::parse("check-interval duration from Ingress: i.").unwrap(),
+        ];
+        let vocabulary = Vocabulary::new(&reads);
+        let object = ObjectRef::new(Kind::Service, &Key::new("ns", "web"));
+        let annotations: BTreeMap<String, String> = [
+            ("haproxy.org/timeout-server", "10x"),
+            ("portcullis.io/pod-maxconn", "500"),
+            ("haproxy.org/server-proto", "h2"),
+            ("haproxy.org/backend-config-snippet", "anything at all"),
+            ("haproxy.org/check-interval", "banana"),
+            ("timeout-server", "bare, not checked"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut diags = Diagnostics::new();
+        vocabulary.check_annotations(&object, &annotations, &mut diags);
+        let lines: Vec<String> = diags
+            .clone()
+            .into_sorted()
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "warning: Service ns/web: annotation haproxy.org/check-interval: ignored: no script reads it on a Service (only on Ingress)",
+                "error: Service ns/web: annotation haproxy.org/timeout-server: declared duration: \"10x\" is not a duration (expected e.g. 500ms, 30s, 5m, 1h, 1d); ignored wherever it is read",
+                "error: Service ns/web: annotation portcullis.io/pod-maxconn: declared int(1..100): 500 is outside the allowed range 1..100; ignored wherever it is read",
+            ]
+        );
+        // A hook that reads the value reports it with its consequence: that report stays.
+        diags.object(
+            Severity::Error,
+            &object,
+            "annotation haproxy.org/timeout-server",
+            "\"10x\" is not a duration; setting ignored",
+        );
+        let lines: Vec<String> = diags.into_sorted().iter().map(|d| d.to_string()).collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[1].ends_with("; setting ignored"), "{lines:?}");
+        assert!(lines[2].contains("pod-maxconn"), "{lines:?}");
+
+        let config = ObjectRef::new(Kind::ConfigMap, &Key::new("ns", "cfg"));
+        let data = BTreeMap::from([
+            ("timeout-server".to_string(), "never".to_string()),
+            ("haproxy.org/timeout-server".to_string(), "5s".to_string()),
+        ]);
+        let mut diags = Diagnostics::new();
+        vocabulary.check_config_map(&config, &data, &mut diags);
+        let lines: Vec<String> = diags.into_sorted().iter().map(|d| d.to_string()).collect();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "error: ConfigMap ns/cfg: key timeout-server: declared duration: \"never\""
+            ),
+            "{lines:?}"
+        );
     }
 
     #[test]

@@ -398,7 +398,7 @@ impl<'a> Translator<'a> {
                 let data = cm.data.clone().unwrap_or_default();
                 self.policy
                     .vocabulary()
-                    .check_config_map(&object, data.keys(), &mut self.diags);
+                    .check_config_map(&object, &data, &mut self.diags);
                 self.ctx.config_map = Some(ValueSource::config_map(object, Arc::new(data)));
             }
             None => self.diags.push(crate::diagnostics::Diagnostic {
@@ -848,7 +848,7 @@ impl<'a> Translator<'a> {
         // Made with the Ingress' part, so an unchanged Ingress costs nothing here.
         self.policy
             .vocabulary()
-            .check_annotations(&object, annotations.keys(), &mut self.diags);
+            .check_annotations(&object, &annotations, &mut self.diags);
         let Some(spec) = &ingress.spec else {
             return;
         };
@@ -1604,7 +1604,7 @@ impl<'a> Translator<'a> {
         // diagnostics are de-duplicated).
         self.policy.vocabulary().check_annotations(
             &service_ref,
-            service_annotations.keys(),
+            &service_annotations,
             &mut self.diags,
         );
         let mut sources = vec![ValueSource::annotations(
