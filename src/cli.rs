@@ -37,6 +37,14 @@ pub enum Command {
         #[arg(long, env = "PORTCULLIS_SCRIPTS_DIR", global = true)]
         scripts_dir: Option<PathBuf>,
     },
+    /// List every annotation and ConfigMap key the effective scripts declare they read.
+    Annotations {
+        #[command(subcommand)]
+        command: AnnotationsCommand,
+        /// Site scripts layered over the bundled ones.
+        #[arg(long, alias = "scripts", env = "PORTCULLIS_SCRIPTS_DIR", global = true)]
+        scripts_dir: Option<PathBuf>,
+    },
     /// List the effective templates and the layer each comes from.
     Templates {
         #[command(subcommand)]
@@ -56,6 +64,24 @@ pub enum Command {
 pub enum ListCommand {
     /// One line per effective file: name, then `bundled` or the site file's path.
     List,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AnnotationsCommand {
+    /// One row per declared setting: name (aliases), type, default, the objects it may come
+    /// from, the script that declares it (bundled, or the site file's path), description.
+    List {
+        /// `table` for people, `json` for machines, `markdown` for docs/annotations.md.
+        #[arg(long, value_enum, default_value = "table")]
+        output: AnnotationsOutput,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AnnotationsOutput {
+    Table,
+    Json,
+    Markdown,
 }
 
 #[derive(Debug, Args)]

@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use portcullis::check::{self, CheckError};
-use portcullis::cli::{Cli, Command, DemoArgs, ListCommand, PipelineArgs, RunArgs};
+use portcullis::cli::{
+    AnnotationsCommand, AnnotationsOutput, Cli, Command, DemoArgs, ListCommand, PipelineArgs,
+    RunArgs,
+};
 use portcullis::cluster::ClusterConfig;
 use portcullis::cluster::connect::ConnectConfig;
 use portcullis::cluster::reflect::NamespaceFilter;
@@ -52,6 +55,27 @@ fn main() -> ExitCode {
                     .collect::<Vec<_>>()
             }),
         ),
+        Command::Annotations {
+            command: AnnotationsCommand::List { output },
+            scripts_dir,
+        } => match portcullis::source::site::load_policy(scripts_dir.as_deref()) {
+            Ok(engine) => {
+                use portcullis::tools::annotations;
+                let rows = annotations::rows(&engine);
+                print_out(&match output {
+                    AnnotationsOutput::Table => annotations::table(&rows),
+                    AnnotationsOutput::Json => annotations::json(&rows),
+                    AnnotationsOutput::Markdown => annotations::markdown(&rows),
+                });
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                ExitCode::from(exit::INPUT)
+            }
+        },
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
