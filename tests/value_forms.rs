@@ -242,9 +242,9 @@ fn a_site_scripts_declarations_extend_the_known_names() {
             "// zz-maintenance.rhai: answer 503 with a page.\n//\n// Scope:    route\n// Risk:     low\n{read}\n\nfn route(ctx) {{\n    let page = ctx.header_value(\"maintenance-page\");\n    if page != () {{ ctx.warn(page); }}\n}}\n"
         )
     };
-    let warnings = |read: &str| {
+    let warnings_of = |text: String| {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("zz-maintenance.rhai"), script(read)).unwrap();
+        std::fs::write(dir.path().join("zz-maintenance.rhai"), text).unwrap();
         let pipeline = portcullis::source::site::load_pipeline(
             Some(dir.path()),
             None,
@@ -254,6 +254,7 @@ fn a_site_scripts_declarations_extend_the_known_names() {
         let output = pipeline.run(&Store::from_objects(objects())).unwrap();
         Ok::<Vec<String>, String>(output.diagnostics.iter().map(ToString::to_string).collect())
     };
+    let warnings = |read: &str| warnings_of(script(read));
     let declared = warnings(
         "// Read:     maintenance-page header_value from Ingress, ConfigMap default none: the\n//           text of the 503 page.",
     )
@@ -264,7 +265,15 @@ fn a_site_scripts_declarations_extend_the_known_names() {
             && declared[0].ends_with("zz-maintenance.rhai: down for maintenance"),
         "{declared:?}"
     );
-    let undeclared = warnings("").unwrap();
+    // Reading it without declaring it is refused; not reading it leaves it unknown.
+    let refused = warnings("");
+    assert!(
+        refused.as_ref().is_err_and(|e| e
+            .contains("reads \\\"maintenance-page\\\" (ctx.header_value) without declaring it")),
+        "{refused:?}"
+    );
+    let undeclared =
+        warnings_of("// Scope: route\n// Risk: low\nfn route(ctx) { () }\n".to_string()).unwrap();
     assert!(
         undeclared.iter().any(|d| d.contains(
             "annotation portcullis.io/maintenance-page: ignored: no script reads this annotation"
