@@ -14,9 +14,14 @@ use serde::{Deserialize, Serialize};
 
 mod endpoint_slice;
 mod service;
+mod tcp;
 
 pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice, SERVICE_NAME_LABEL};
 pub use service::{LoadBalancerAddress, Service, ServicePort};
+pub use tcp::{
+    Tcp, TcpAcl, TcpBind, TcpBinds, TcpFrontend, TcpRequestRule, TcpService, TcpSwitchingRule,
+    TcpTarget,
+};
 
 /// API group and version of the TCP custom resource (shared with the incumbent controller).
 pub const TCP_API_VERSION: &str = "ingress.v3.haproxy.org/v3";
@@ -129,52 +134,6 @@ impl fmt::Display for ObjectRef {
             write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
         }
     }
-}
-
-/// The TCP custom resource: a list of TCP services, each a frontend with binds and a target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tcp {
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: Vec<TcpService>,
-}
-
-/// One entry of a TCP resource's `spec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpService {
-    pub name: String,
-    pub frontend: TcpFrontend,
-    pub service: TcpTarget,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpFrontend {
-    pub name: String,
-    #[serde(default)]
-    pub tcplog: Option<bool>,
-    #[serde(default)]
-    pub binds: Vec<TcpBind>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpBind {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub address: Option<String>,
-    pub port: u16,
-    #[serde(default)]
-    pub ssl: Option<bool>,
-    #[serde(default)]
-    pub ssl_certificate: Option<String>,
-    #[serde(default)]
-    pub alpn: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpTarget {
-    pub name: String,
-    pub port: u16,
 }
 
 /// A typed object of one of the watched kinds. Objects are shared, never mutated.
@@ -291,7 +250,7 @@ impl Object {
             ("v1", "Secret") => Object::Secret(decode(value, "Secret")?),
             ("v1", "ConfigMap") => Object::ConfigMap(decode(value, "ConfigMap")?),
             ("v1", "Pod") => Object::Pod(decode(value, "Pod")?),
-            (TCP_API_VERSION, "TCP") => Object::Tcp(decode(value, "TCP")?),
+            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(value)?)),
             _ => return Err(ParseError::UnsupportedKind(format!("{api_version}/{kind}"))),
         };
         object.normalize()?;
@@ -420,7 +379,7 @@ mod tests {
         let Object::Tcp(tcp) = Object::from_value(v).unwrap() else {
             panic!("not a TCP object")
         };
-        assert_eq!(tcp.spec[0].frontend.binds[0].port, 2053);
+        assert_eq!(tcp.spec[0].frontend.binds.entries[0].1.port, Some(2053));
     }
 
     #[test]

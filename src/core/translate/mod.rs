@@ -16,6 +16,7 @@ pub mod peers;
 pub mod routes;
 pub mod slots;
 pub mod tcp;
+pub mod tcp_rules;
 pub mod tls;
 pub mod tls_edge;
 

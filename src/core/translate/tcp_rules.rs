@@ -1,0 +1,319 @@
+//! The rules of a TCP resource's frontend: ACLs, conditions, `tcp-request` rules, as the
+//! incumbent's frontend model writes them (`acl_list`, `backend_switching_rule_list`,
+//! `tcp_request_rule_list`), parsed into checked words.
+//!
+//! Only what a TCP-mode frontend can decide on is accepted: a vetted list of layer-4 and
+//! TLS-hello sample fetches, literal patterns of plain characters, and the match flags that
+//! read nothing from disk (`-f` would read a file on the controller's node; `-m reg` runs a
+//! regex on every connection). Anything else is refused with the reason.
+
+use std::collections::BTreeSet;
+
+/// Sample fetches an ACL of a TCP frontend may test.
+pub const FETCHES: &[&str] = &[
+    "src",
+    "src_port",
+    "dst",
+    "dst_port",
+    "req_ssl_sni",
+    "req.ssl_sni",
+    "req_ssl_hello_type",
+    "req.ssl_hello_type",
+    "req_ssl_ver",
+    "req.ssl_ver",
+    "req.ssl_alpn",
+    "req_len",
+    "req.len",
+    "ssl_fc",
+    "ssl_fc_sni",
+    "ssl_fc_alpn",
+    "ssl_fc_protocol",
+    "always_true",
+    "always_false",
+    "wait_end",
+];
+
+/// HAProxy's predefined ACLs a condition may name.
+const PREDEFINED: &[&str] = &["TRUE", "FALSE", "WAIT_END"];
+
+/// Match methods `-m` may name.
+const METHODS: &[&str] = &[
+    "str", "beg", "end", "sub", "dom", "found", "len", "int", "ip",
+];
+
+/// The longest word accepted (a host name's length).
+const MAX_WORD: usize = 253;
+
+/// An HAProxy name: an ACL's, a bind's (letters, digits, `-`, `_`, `.`, `:`).
+pub fn parse_haproxy_name(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "{:?} is not a name (1 to 63 letters, digits, '-', '_', '.', ':')",
+            super::exposure::brief(v)
+        ))
+    }
+}
+
+/// A pattern word: letters, digits and `. _ : / * - , + =`, not starting with `-`.
+fn pattern(word: &str) -> Result<String, String> {
+    let ok = !word.is_empty()
+        && word.len() <= MAX_WORD
+        && !word.starts_with('-')
+        && word.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'/' | b'*' | b'-')
+        });
+    if ok {
+        Ok(word.to_string())
+    } else {
+        Err(format!(
+            "{:?} is not a plain pattern (letters, digits, '.', '_', ':', '/', '*', '-')",
+            super::exposure::brief(word)
+        ))
+    }
+}
+
+/// Words are separated by spaces alone: a line break or tab is refused rather than read as
+/// a separator.
+fn one_line(v: &str) -> Result<(), String> {
+    match v
+        .chars()
+        .find(|c| c.is_whitespace() && *c != ' ' || c.is_control())
+    {
+        Some(c) => Err(format!(
+            "{c:?} is not allowed; words are separated by spaces"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `criterion` and `value` of an ACL: the fetch and its flags and patterns, as words.
+pub fn parse_acl(criterion: &str, value: &str) -> Result<Vec<String>, String> {
+    one_line(value)?;
+    let mut words = vec![fetch(criterion)?];
+    words.extend(flags_and_patterns(value.split_whitespace())?);
+    Ok(words)
+}
+
+fn fetch(word: &str) -> Result<String, String> {
+    if FETCHES.contains(&word) {
+        Ok(word.to_string())
+    } else {
+        Err(format!(
+            "criterion {:?} is not one Portcullis accepts in a TCP frontend ({})",
+            super::exposure::brief(word),
+            FETCHES.join(", ")
+        ))
+    }
+}
+
+fn flags_and_patterns<'a>(words: impl Iterator<Item = &'a str>) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut words = words.peekable();
+    let mut literal = false;
+    while let Some(w) = words.next() {
+        if literal || !w.starts_with('-') {
+            out.push(pattern(w)?);
+            continue;
+        }
+        match w {
+            "-i" | "-n" => out.push(w.to_string()),
+            "--" => {
+                literal = true;
+                out.push(w.to_string());
+            }
+            "-m" => {
+                let method = words.next().unwrap_or_default();
+                if !METHODS.contains(&method) {
+                    return Err(format!(
+                        "match method {:?} is not accepted ({})",
+                        super::exposure::brief(method),
+                        METHODS.join(", ")
+                    ));
+                }
+                out.push(w.to_string());
+                out.push(method.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "flag {:?} is not accepted (-i, -n, -m <method>, --; -f would read a file of the controller's node)",
+                    super::exposure::brief(w)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A condition (`cond_test`) as words: names of `declared` ACLs or predefined ones (each
+/// optionally negated with `!`), anonymous ACLs `{ fetch flags patterns }`, `||` and `or`.
+pub fn parse_condition(test: &str, declared: &BTreeSet<String>) -> Result<Vec<String>, String> {
+    one_line(test)?;
+    let mut out = Vec::new();
+    let mut words = test.split_whitespace();
+    let mut expect_term = true;
+    while let Some(w) = words.next() {
+        if matches!(w, "||" | "or") {
+            if expect_term {
+                return Err(format!("{w:?} with no condition before it"));
+            }
+            out.push(w.to_string());
+            expect_term = true;
+            continue;
+        }
+        let (negated, rest) = match w.strip_prefix('!') {
+            Some("") => {
+                out.push("!".to_string());
+                continue;
+            }
+            Some(r) => (true, r),
+            None => (false, w),
+        };
+        if rest == "{" {
+            let inner: Vec<&str> = words.by_ref().take_while(|w| *w != "}").collect();
+            let Some((first, tail)) = inner.split_first() else {
+                return Err("an empty or unclosed { } in the condition".to_string());
+            };
+            if negated {
+                out.push("!".to_string());
+            }
+            out.push("{".to_string());
+            out.push(fetch(first)?);
+            out.extend(flags_and_patterns(tail.iter().copied())?);
+            out.push("}".to_string());
+        } else if declared.contains(rest) || PREDEFINED.contains(&rest) {
+            out.push(if negated {
+                format!("!{rest}")
+            } else {
+                rest.to_string()
+            });
+        } else {
+            return Err(format!(
+                "{:?} is not an ACL of this frontend's acl_list nor an anonymous ACL in {{ }}",
+                super::exposure::brief(rest)
+            ));
+        }
+        expect_term = false;
+    }
+    if expect_term {
+        return Err(if out.is_empty() {
+            "the condition is empty".to_string()
+        } else {
+            "the condition ends with an operator".to_string()
+        });
+    }
+    if test.split_whitespace().filter(|w| *w == "}").count()
+        != test
+            .split_whitespace()
+            .filter(|w| w.trim_start_matches('!') == "{")
+            .count()
+    {
+        return Err("the condition's { } do not pair up".to_string());
+    }
+    Ok(out)
+}
+
+/// `cond` and `cond_test` of a rule: nothing (no condition), or `if`/`unless` and the words.
+pub fn parse_rule_condition(
+    cond: Option<&str>,
+    test: Option<&str>,
+    declared: &BTreeSet<String>,
+) -> Result<Vec<String>, String> {
+    let test = test.map(str::trim).filter(|t| !t.is_empty());
+    match (cond.map(str::trim).filter(|c| !c.is_empty()), test) {
+        (None, None) => Ok(Vec::new()),
+        (Some(c @ ("if" | "unless")), Some(t)) => {
+            let mut out = vec![c.to_string()];
+            out.extend(parse_condition(t, declared)?);
+            Ok(out)
+        }
+        (Some(c @ ("if" | "unless")), None) => Err(format!("cond is {c} but cond_test is empty")),
+        (Some(c), _) => Err(format!(
+            "cond {:?} is neither if nor unless",
+            super::exposure::brief(c)
+        )),
+        (None, Some(_)) => Err("cond_test without cond (if or unless)".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn declared(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_incumbents_rules_parse() {
+        assert_eq!(
+            parse_acl("req_ssl_sni", "-i backend0.example.com").unwrap(),
+            ["req_ssl_sni", "-i", "backend0.example.com"]
+        );
+        assert_eq!(
+            parse_condition("{ req_ssl_sni -i backend0.example.com }", &declared(&[])).unwrap(),
+            ["{", "req_ssl_sni", "-i", "backend0.example.com", "}"]
+        );
+        assert_eq!(
+            parse_rule_condition(Some("if"), Some("switch_be_0"), &declared(&["switch_be_0"]))
+                .unwrap(),
+            ["if", "switch_be_0"]
+        );
+        assert_eq!(
+            parse_condition("!a || { src 10.0.0.0/8 } b", &declared(&["a", "b"])).unwrap(),
+            ["!a", "||", "{", "src", "10.0.0.0/8", "}", "b"]
+        );
+        assert_eq!(
+            parse_rule_condition(Some("if"), Some("{ req_ssl_hello_type 1 }"), &declared(&[]))
+                .unwrap(),
+            ["if", "{", "req_ssl_hello_type", "1", "}"]
+        );
+    }
+
+    #[test]
+    fn what_could_escape_or_read_files_is_refused() {
+        let none = declared(&[]);
+        for (criterion, value) in [
+            ("src", "-f /etc/passwd"),
+            ("req_ssl_sni", "-m reg ^(a+)+$"),
+            ("req_ssl_sni", "a\nuse_backend x"),
+            ("req_ssl_sni", "'quoted'"),
+            ("hdr(host)", "x"),
+            ("req_ssl_sni", "a#comment"),
+            ("req_ssl_sni", "%[src]"),
+        ] {
+            assert!(parse_acl(criterion, value).is_err(), "{criterion} {value}");
+        }
+        for test in [
+            "undeclared",
+            "{ req_ssl_sni x",
+            "{ }",
+            "|| a",
+            "{ src x } ||",
+            "{ lua.x 1 }",
+            "}",
+        ] {
+            assert!(parse_condition(test, &none).is_err(), "{test}");
+        }
+        assert!(parse_rule_condition(Some("when"), Some("TRUE"), &none).is_err());
+        assert!(parse_rule_condition(None, Some("TRUE"), &none).is_err());
+        assert!(parse_rule_condition(Some("if"), None, &none).is_err());
+        assert_eq!(
+            parse_rule_condition(None, None, &none).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn names_are_haproxy_names() {
+        assert!(parse_haproxy_name("v4v6").is_ok());
+        assert!(parse_haproxy_name("switch_be_0").is_ok());
+        assert!(parse_haproxy_name("a b").is_err());
+        assert!(parse_haproxy_name("").is_err());
+    }
+}
