@@ -35,6 +35,9 @@ pub struct ValueSource {
     pub values: Arc<BTreeMap<String, String>>,
     /// Annotations carry a prefix; ConfigMap keys do not.
     pub prefixed: bool,
+    /// For a custom resource's settings: the field each came from (`spec.server_timeout`),
+    /// by setting name, which messages name instead of a key.
+    fields: Option<Arc<BTreeMap<String, String>>>,
     /// The annotations under an accepted prefix, by name without it: made once per source
     /// (its clones share it), as every read of every script looks names up here.
     settings: Arc<[Setting]>,
@@ -76,7 +79,27 @@ impl ValueSource {
             object,
             values,
             prefixed: true,
+            fields: None,
             settings: settings.into(),
+        }
+    }
+
+    /// The settings of one of the incumbent's resources (`Backend`, `Defaults`, `Global`):
+    /// read like ConfigMap keys, named in messages by their field.
+    pub fn resource(object: ObjectRef, resource: &crate::objects::Resource) -> Self {
+        let values = resource
+            .settings
+            .iter()
+            .map(|(k, f)| (k.clone(), f.value.clone()))
+            .collect();
+        let fields = resource
+            .settings
+            .iter()
+            .map(|(k, f)| (k.clone(), f.field.clone()))
+            .collect();
+        Self {
+            fields: Some(Arc::new(fields)),
+            ..Self::config_map(object, Arc::new(values))
         }
     }
 
@@ -85,6 +108,7 @@ impl ValueSource {
             object,
             values,
             prefixed: false,
+            fields: None,
             settings: Arc::new([]),
         }
     }
@@ -101,7 +125,11 @@ impl ValueSource {
                 .iter()
                 .filter_map(|name| {
                     let v = self.values.get(name)?;
-                    Some((v.as_str(), format!("key {name}")))
+                    let field = self.fields.as_ref().and_then(|f| f.get(name));
+                    Some(match field {
+                        Some(field) => (v.as_str(), format!("field {field}")),
+                        None => (v.as_str(), format!("key {name}")),
+                    })
                 })
                 .collect();
         }

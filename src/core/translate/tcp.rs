@@ -233,7 +233,7 @@ impl Translator<'_> {
                 &mut self.diags,
                 "mode",
                 format!(
-                    "mode {:?}: a TCP resource's frontend is always tcp",
+                    "mode {}: a TCP resource's frontend is always tcp",
                     super::exposure::brief(mode)
                 ),
             );
@@ -340,7 +340,7 @@ impl Translator<'_> {
                     object,
                     format!("{rfield}.name"),
                     format!(
-                        "{:?} names no backend of this entry's service and services ({}); rule skipped",
+                        "{} names no backend of this entry's service and services ({}); rule skipped",
                         super::exposure::brief(wanted),
                         known.join(", ")
                     ),
@@ -546,7 +546,7 @@ fn tcp_request(
             let action = rule.action.as_deref().unwrap_or("");
             if !matches!(action, "accept" | "reject") {
                 return Err(format!(
-                    "action {:?} is not supported (accept, reject)",
+                    "action {} is not supported (accept, reject)",
                     super::exposure::brief(action)
                 ));
             }
@@ -559,7 +559,7 @@ fn tcp_request(
             Ok(words)
         }
         other => Err(format!(
-            "type {:?} is not supported (inspect-delay, connection, session, content)",
+            "type {} is not supported (inspect-delay, connection, session, content)",
             super::exposure::brief(other)
         )),
     }

@@ -54,7 +54,7 @@ pub fn parse_haproxy_name(v: &str) -> Result<String, String> {
         Ok(v.to_string())
     } else {
         Err(format!(
-            "{:?} is not a name (1 to 63 letters, digits, '-', '_', '.', ':')",
+            "{} is not a name (1 to 63 letters, digits, '-', '_', '.', ':')",
             super::exposure::brief(v)
         ))
     }
@@ -72,7 +72,7 @@ fn pattern(word: &str) -> Result<String, String> {
         Ok(word.to_string())
     } else {
         Err(format!(
-            "{:?} is not a plain pattern (letters, digits, '.', '_', ':', '/', '*', '-')",
+            "{} is not a plain pattern (letters, digits, '.', '_', ':', '/', '*', '-')",
             super::exposure::brief(word)
         ))
     }
@@ -105,7 +105,7 @@ fn fetch(word: &str) -> Result<String, String> {
         Ok(word.to_string())
     } else {
         Err(format!(
-            "criterion {:?} is not one Portcullis accepts in a TCP frontend ({})",
+            "criterion {} is not one Portcullis accepts in a TCP frontend ({})",
             super::exposure::brief(word),
             FETCHES.join(", ")
         ))
@@ -131,7 +131,7 @@ fn flags_and_patterns<'a>(words: impl Iterator<Item = &'a str>) -> Result<Vec<St
                 let method = words.next().unwrap_or_default();
                 if !METHODS.contains(&method) {
                     return Err(format!(
-                        "match method {:?} is not accepted ({})",
+                        "match method {} is not accepted ({})",
                         super::exposure::brief(method),
                         METHODS.join(", ")
                     ));
@@ -141,7 +141,7 @@ fn flags_and_patterns<'a>(words: impl Iterator<Item = &'a str>) -> Result<Vec<St
             }
             _ => {
                 return Err(format!(
-                    "flag {:?} is not accepted (-i, -n, -m <method>, --; -f would read a file of the controller's node)",
+                    "flag {} is not accepted (-i, -n, -m <method>, --; -f would read a file of the controller's node)",
                     super::exposure::brief(w)
                 ));
             }
@@ -194,7 +194,7 @@ pub fn parse_condition(test: &str, declared: &BTreeSet<String>) -> Result<Vec<St
             });
         } else {
             return Err(format!(
-                "{:?} is not an ACL of this frontend's acl_list nor an anonymous ACL in {{ }}",
+                "{} is not an ACL of this frontend's acl_list nor an anonymous ACL in {{ }}",
                 super::exposure::brief(rest)
             ));
         }
@@ -234,7 +234,7 @@ pub fn parse_rule_condition(
         }
         (Some(c @ ("if" | "unless")), None) => Err(format!("cond is {c} but cond_test is empty")),
         (Some(c), _) => Err(format!(
-            "cond {:?} is neither if nor unless",
+            "cond {} is neither if nor unless",
             super::exposure::brief(c)
         )),
         (None, Some(_)) => Err("cond_test without cond (if or unless)".to_string()),
