@@ -2,11 +2,18 @@
 //! named by `cr-backend` changes how a backend balances (seen in haproxy.cfg and in which
 //! pods answer), follows edits of the resource, and a reference to a missing one falls back
 //! to the annotations with an error; `cr-global` and `cr-defaults` take precedence over the
-//! controller ConfigMap's keys (the incumbent's global ConfigMap suite, `maxconn`).
+//! controller ConfigMap's keys (the incumbent's global ConfigMap suite, `maxconn`). Against
+//! the test API server, Backend resources are watched when served, and their absence is a
+//! notice.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
+use std::time::Duration;
+
+use apiserver::{ApiServer, ResourceDef};
 use support::*;
 
 const NS: &str = "app";
@@ -161,4 +168,90 @@ fn cr_global_and_cr_defaults_take_precedence_over_the_config_map() {
         h.log()
             .contains("Defaults ingress/mydefaults: spec.redispatch")
     });
+}
+
+/// The test API server, with the Backend resource served or not, and `web` behind an Ingress
+/// whose Service names Backend `app/sticky`.
+fn cluster(
+    h: &mut Harness,
+    serve_backends: bool,
+) -> (tokio::runtime::Runtime, std::sync::Arc<ApiServer>) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut builder = ApiServer::builder()
+        .list_items_without_type_meta()
+        .bookmark_interval(Duration::from_secs(1));
+    if serve_backends {
+        builder = builder.with_resource(ResourceDef::new(
+            "ingress.v3.haproxy.org/v3",
+            "Backend",
+            "backends",
+            true,
+        ));
+    }
+    let server = std::sync::Arc::new(rt.block_on(builder.start()));
+    let (a, b) = (h.echo("web-a"), h.echo("web-b"));
+    server.apply_yaml(&format!(
+        "{}---\n{}---\n{}",
+        service(NS, "web", &[("cr-backend", "sticky")]),
+        endpoint_slices(NS, "web", &[("a", a, true), ("b", b, true)]),
+        ingress(
+            NS,
+            "web",
+            &[route(Some(HOST), "/", "Prefix", "web")],
+            None,
+            &[]
+        )
+    ));
+    let kubeconfig = h.work().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, None);
+    h.use_kubeconfig(&kubeconfig);
+    (rt, server)
+}
+
+const CLUSTER_FLAGS: &[&str] = &[
+    "--pod-name",
+    "solo",
+    "--pod-namespace",
+    "ingress",
+    "--allow-local-endpoints",
+];
+
+#[test]
+fn backend_resources_are_watched_in_a_cluster() {
+    let mut h = Harness::new();
+    let (_rt, server) = cluster(&mut h, true);
+    server.apply_yaml(&backend_cr("source"));
+    h.start(CLUSTER_FLAGS);
+    assert!(backend_section(&h).contains(&"balance source".to_string()));
+    assert_eq!(h.answering(HOST, "/", 6).len(), 1);
+    server.apply_yaml(&backend_cr("roundrobin"));
+    wait_until(APPLY_TIMEOUT, "the edited Backend applies", || {
+        backend_section(&h).contains(&"balance roundrobin".to_string())
+    });
+    wait_until(APPLY_TIMEOUT, "both pods answer", || {
+        h.answering(HOST, "/", 4).len() == 2
+    });
+}
+
+#[test]
+fn a_backend_resource_that_is_not_served_is_a_notice_and_the_reference_an_error() {
+    let mut h = Harness::new();
+    let (_rt, _server) = cluster(&mut h, false);
+    h.start(CLUSTER_FLAGS);
+    assert_eq!(h.answering(HOST, "/", 4).len(), 2);
+    wait_until(APPLY_TIMEOUT, "the reference is reported", || {
+        h.log()
+            .contains("Service app/web: annotation cr-backend: Backend app/sticky does not exist")
+    });
+    assert!(
+        h.log().contains(
+            "the Backend resource (ingress.v3.haproxy.org/v3, backends) is not installed"
+        ),
+        "{}",
+        log_tail(&h.log(), 30)
+    );
 }
