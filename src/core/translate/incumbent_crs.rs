@@ -21,16 +21,18 @@ pub const CR_DEFAULTS: &str = "cr-defaults";
 /// The ConfigMap key naming a Global resource.
 pub const CR_GLOBAL: &str = "cr-global";
 
-/// The value of reference `name` among an object's annotations, with the key that holds it:
-/// under an accepted prefix (most specific first), else bare, as the incumbent also reads it.
+/// The value of annotation `name` among an object's annotations, with the key that holds it:
+/// under an accepted prefix (most specific first), else, with `bare`, without a prefix (as the
+/// incumbent reads the `cr-*` references).
 fn annotation<'m>(
     annotations: &'m BTreeMap<String, String>,
     name: &str,
+    bare: bool,
 ) -> Option<(&'m str, String)> {
     ANNOTATION_PREFIXES
         .iter()
         .map(|p| format!("{p}{name}"))
-        .chain(std::iter::once(name.to_string()))
+        .chain(bare.then(|| name.to_string()))
         .find_map(|key| {
             let v = annotations.get(&key)?;
             Some((v.as_str(), format!("annotation {key}")))
@@ -39,18 +41,42 @@ fn annotation<'m>(
 
 impl Translator<'_> {
     /// The Backend resource for a backend: named by `cr-backend` on its Service, else on the
-    /// Ingress that registered it, else in the controller ConfigMap.
+    /// Ingress that registered it, else in the controller ConfigMap. Annotations of the
+    /// Service and Ingress that it overrides are reported.
     pub(super) fn backend_resource(
         &mut self,
         service: (&ObjectRef, &BTreeMap<String, String>),
         ingress: Option<(&ObjectRef, &BTreeMap<String, String>)>,
     ) -> Option<ValueSource> {
-        for (object, annotations) in std::iter::once(service).chain(ingress) {
-            if let Some((value, field)) = annotation(annotations, CR_BACKEND) {
-                return self.resource_source(Kind::Backend, value, object, field);
+        let annotated = std::iter::once(service).chain(ingress);
+        let source = match annotated
+            .clone()
+            .find_map(|(object, a)| Some((object, annotation(a, CR_BACKEND, true)?)))
+        {
+            Some((object, (value, field))) => {
+                self.resource_source(Kind::Backend, value, object, field)
+            }
+            None => self.config_map_reference(Kind::Backend, CR_BACKEND),
+        }?;
+        let key = Key::new(source.object.namespace.clone(), source.object.name.clone());
+        if let Some(resource) = self.store.resource(Kind::Backend, &key) {
+            for (object, annotations) in annotated {
+                for (setting, from) in &resource.settings {
+                    if let Some((_, field)) = annotation(annotations, setting, false) {
+                        self.diags.object(
+                            Severity::Warning,
+                            object,
+                            field,
+                            format!(
+                                "{} ({}) sets this and takes precedence; ignored",
+                                source.object, from.field
+                            ),
+                        );
+                    }
+                }
             }
         }
-        self.config_map_reference(Kind::Backend, CR_BACKEND)
+        Some(source)
     }
 
     /// The Global and Defaults resources the controller ConfigMap names, in that order.

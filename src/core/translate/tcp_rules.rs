@@ -9,29 +9,49 @@
 
 use std::collections::BTreeSet;
 
-/// Sample fetches an ACL of a TCP frontend may test.
-pub const FETCHES: &[&str] = &[
-    "src",
-    "src_port",
-    "dst",
-    "dst_port",
-    "req_ssl_sni",
-    "req.ssl_sni",
-    "req_ssl_hello_type",
-    "req.ssl_hello_type",
-    "req_ssl_ver",
-    "req.ssl_ver",
-    "req.ssl_alpn",
-    "req_len",
-    "req.len",
-    "ssl_fc",
-    "ssl_fc_sni",
-    "ssl_fc_alpn",
-    "ssl_fc_protocol",
-    "always_true",
-    "always_false",
-    "wait_end",
+/// What a sample fetch returns, which decides what its patterns may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sample {
+    /// An address: patterns are IP addresses or CIDR blocks.
+    Ip,
+    /// An integer: patterns are numbers, ranges `a:b` and the operators `eq ge gt le lt`.
+    Int,
+    /// A TLS version: numbers like `3.1`, and ranges.
+    Version,
+    /// A boolean: no patterns.
+    Bool,
+    /// Text: plain patterns.
+    Text,
+}
+
+/// Sample fetches an ACL of a TCP frontend may test, with what they return.
+const FETCHES: &[(&str, Sample)] = &[
+    ("src", Sample::Ip),
+    ("src_port", Sample::Int),
+    ("dst", Sample::Ip),
+    ("dst_port", Sample::Int),
+    ("req_ssl_sni", Sample::Text),
+    ("req.ssl_sni", Sample::Text),
+    ("req_ssl_hello_type", Sample::Int),
+    ("req.ssl_hello_type", Sample::Int),
+    ("req_ssl_ver", Sample::Version),
+    ("req.ssl_ver", Sample::Version),
+    ("req.ssl_alpn", Sample::Text),
+    ("req_len", Sample::Int),
+    ("req.len", Sample::Int),
+    ("ssl_fc", Sample::Bool),
+    ("ssl_fc_sni", Sample::Text),
+    ("ssl_fc_alpn", Sample::Text),
+    ("ssl_fc_protocol", Sample::Text),
+    ("always_true", Sample::Bool),
+    ("always_false", Sample::Bool),
+    ("wait_end", Sample::Bool),
 ];
+
+/// The names of the accepted sample fetches, for the documentation and messages.
+pub fn fetch_names() -> Vec<&'static str> {
+    FETCHES.iter().map(|(n, _)| *n).collect()
+}
 
 /// HAProxy's predefined ACLs a condition may name.
 const PREDEFINED: &[&str] = &["TRUE", "FALSE", "WAIT_END"];
@@ -95,30 +115,87 @@ fn one_line(v: &str) -> Result<(), String> {
 /// `criterion` and `value` of an ACL: the fetch and its flags and patterns, as words.
 pub fn parse_acl(criterion: &str, value: &str) -> Result<Vec<String>, String> {
     one_line(value)?;
-    let mut words = vec![fetch(criterion)?];
-    words.extend(flags_and_patterns(value.split_whitespace())?);
+    let (name, sample) = fetch(criterion)?;
+    let mut words = vec![name];
+    words.extend(flags_and_patterns(sample, value.split_whitespace())?);
     Ok(words)
 }
 
-fn fetch(word: &str) -> Result<String, String> {
-    if FETCHES.contains(&word) {
-        Ok(word.to_string())
-    } else {
-        Err(format!(
+fn fetch(word: &str) -> Result<(String, Sample), String> {
+    match FETCHES.iter().find(|(n, _)| *n == word) {
+        Some((n, sample)) => Ok((n.to_string(), *sample)),
+        None => Err(format!(
             "criterion {} is not one Portcullis accepts in a TCP frontend ({})",
             super::exposure::brief(word),
-            FETCHES.join(", ")
+            fetch_names().join(", ")
+        )),
+    }
+}
+
+/// A pattern of a fetch returning `sample` (matched by its own method).
+fn typed_pattern(sample: Sample, word: &str) -> Result<String, String> {
+    let number = |w: &str| !w.is_empty() && w.len() <= 10 && w.bytes().all(|b| b.is_ascii_digit());
+    let ok = match sample {
+        Sample::Ip => match word.split_once('/') {
+            Some((ip, bits)) => ip.parse::<std::net::IpAddr>().is_ok_and(|ip| {
+                bits.parse::<u8>()
+                    .is_ok_and(|b| b <= if ip.is_ipv4() { 32 } else { 128 })
+            }),
+            None => word.parse::<std::net::IpAddr>().is_ok(),
+        },
+        Sample::Int => {
+            matches!(word, "eq" | "ge" | "gt" | "le" | "lt")
+                || number(word)
+                || word.split_once(':').is_some_and(|(a, b)| {
+                    (a.is_empty() || number(a)) && (b.is_empty() || number(b))
+                })
+        }
+        Sample::Version => {
+            !word.is_empty()
+                && word.len() <= 16
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b':'))
+        }
+        Sample::Bool => false,
+        Sample::Text => return pattern(word),
+    };
+    if ok {
+        Ok(word.to_string())
+    } else if sample == Sample::Bool {
+        Err(format!(
+            "{} after a boolean fetch, which takes no pattern",
+            super::exposure::brief(word)
+        ))
+    } else {
+        Err(format!(
+            "{} is not a pattern for this fetch ({})",
+            super::exposure::brief(word),
+            match sample {
+                Sample::Ip => "an IP address or CIDR block",
+                Sample::Int => "a number, a range a:b, or eq ge gt le lt",
+                _ => "a version such as 3.1, or a range",
+            }
         ))
     }
 }
 
-fn flags_and_patterns<'a>(words: impl Iterator<Item = &'a str>) -> Result<Vec<String>, String> {
+fn flags_and_patterns<'a>(
+    sample: Sample,
+    words: impl Iterator<Item = &'a str>,
+) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     let mut words = words.peekable();
     let mut literal = false;
+    // `-m` makes HAProxy match as the method says: the patterns are then read as text.
+    let mut method = false;
     while let Some(w) = words.next() {
         if literal || !w.starts_with('-') {
-            out.push(pattern(w)?);
+            out.push(if method && sample != Sample::Bool {
+                pattern(w)?
+            } else {
+                typed_pattern(sample, w)?
+            });
             continue;
         }
         match w {
@@ -128,16 +205,17 @@ fn flags_and_patterns<'a>(words: impl Iterator<Item = &'a str>) -> Result<Vec<St
                 out.push(w.to_string());
             }
             "-m" => {
-                let method = words.next().unwrap_or_default();
-                if !METHODS.contains(&method) {
+                let method_name = words.next().unwrap_or_default();
+                if !METHODS.contains(&method_name) {
                     return Err(format!(
                         "match method {} is not accepted ({})",
-                        super::exposure::brief(method),
+                        super::exposure::brief(method_name),
                         METHODS.join(", ")
                     ));
                 }
                 out.push(w.to_string());
-                out.push(method.to_string());
+                out.push(method_name.to_string());
+                method = true;
             }
             _ => {
                 return Err(format!(
@@ -183,8 +261,9 @@ pub fn parse_condition(test: &str, declared: &BTreeSet<String>) -> Result<Vec<St
                 out.push("!".to_string());
             }
             out.push("{".to_string());
-            out.push(fetch(first)?);
-            out.extend(flags_and_patterns(tail.iter().copied())?);
+            let (name, sample) = fetch(first)?;
+            out.push(name);
+            out.extend(flags_and_patterns(sample, tail.iter().copied())?);
             out.push("}".to_string());
         } else if declared.contains(rest) || PREDEFINED.contains(&rest) {
             out.push(if negated {
@@ -286,6 +365,11 @@ mod tests {
             ("hdr(host)", "x"),
             ("req_ssl_sni", "a#comment"),
             ("req_ssl_sni", "%[src]"),
+            ("src", "10.0.0.0/33"),
+            ("src", "example.com"),
+            ("dst_port", "http"),
+            ("ssl_fc", "1"),
+            ("req_ssl_ver", "tls1"),
         ] {
             assert!(parse_acl(criterion, value).is_err(), "{criterion} {value}");
         }
@@ -307,6 +391,19 @@ mod tests {
             parse_rule_condition(None, None, &none).unwrap(),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn patterns_fit_what_their_fetch_returns() {
+        for (criterion, value) in [
+            ("src", "10.0.0.0/8 192.0.2.1 2001:db8::/32"),
+            ("dst_port", "443 8000:8080 gt 1024"),
+            ("req_ssl_ver", "3.1:"),
+            ("ssl_fc", ""),
+            ("src_port", "-m str 1234"),
+        ] {
+            assert!(parse_acl(criterion, value).is_ok(), "{criterion} {value}");
+        }
     }
 
     #[test]
