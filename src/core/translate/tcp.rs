@@ -239,7 +239,15 @@ impl Translator<'_> {
             );
         }
         if let Some(f) = &fe.log_format {
+            // A tenant's format may not fetch samples (`%[env(…)]` would log the controller's
+            // environment); the administrator's `log-format-tcp` may.
             match crate::policy::global_keys::parse_log_format(f) {
+                Ok(f) if f.contains("%[") => bad(
+                    &mut self.diags,
+                    "log_format",
+                    "sample expressions (%[...]) are not accepted in a TCP object's log format"
+                        .to_string(),
+                ),
                 Ok(f) => out.log_format = Some(f),
                 Err(e) => bad(&mut self.diags, "log_format", e),
             }
