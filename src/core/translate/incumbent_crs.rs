@@ -22,17 +22,16 @@ pub const CR_DEFAULTS: &str = "cr-defaults";
 pub const CR_GLOBAL: &str = "cr-global";
 
 /// The value of annotation `name` among an object's annotations, with the key that holds it:
-/// under an accepted prefix (most specific first), else, with `bare`, without a prefix (as the
-/// incumbent reads the `cr-*` references).
+/// under an accepted prefix (most specific first), else without a prefix (as the incumbent
+/// reads annotations too).
 fn annotation<'m>(
     annotations: &'m BTreeMap<String, String>,
     name: &str,
-    bare: bool,
 ) -> Option<(&'m str, String)> {
     ANNOTATION_PREFIXES
         .iter()
         .map(|p| format!("{p}{name}"))
-        .chain(bare.then(|| name.to_string()))
+        .chain(std::iter::once(name.to_string()))
         .find_map(|key| {
             let v = annotations.get(&key)?;
             Some((v.as_str(), format!("annotation {key}")))
@@ -51,7 +50,7 @@ impl Translator<'_> {
         let annotated = std::iter::once(service).chain(ingress);
         let source = match annotated
             .clone()
-            .find_map(|(object, a)| Some((object, annotation(a, CR_BACKEND, true)?)))
+            .find_map(|(object, a)| Some((object, annotation(a, CR_BACKEND)?)))
         {
             Some((object, (value, field))) => {
                 self.resource_source(Kind::Backend, value, object, field)
@@ -62,7 +61,7 @@ impl Translator<'_> {
         if let Some(resource) = self.store.resource(Kind::Backend, &key) {
             for (object, annotations) in annotated {
                 for (setting, from) in &resource.settings {
-                    if let Some((_, field)) = annotation(annotations, setting, false) {
+                    if let Some((_, field)) = annotation(annotations, setting) {
                         self.diags.object(
                             Severity::Warning,
                             object,
@@ -89,9 +88,12 @@ impl Translator<'_> {
 
     fn config_map_reference(&mut self, kind: Kind, key: &str) -> Option<ValueSource> {
         let config_map = self.ctx.config_map.as_ref()?;
-        let value = config_map.values.get(key)?.clone();
+        // The plain key first, then under a prefix (the ConfigMap's keys may carry one).
+        let (name, value) = std::iter::once(key.to_string())
+            .chain(ANNOTATION_PREFIXES.iter().map(|p| format!("{p}{key}")))
+            .find_map(|name| Some((name.clone(), config_map.values.get(&name)?.clone())))?;
         let object = config_map.object.clone();
-        self.resource_source(kind, &value, &object, format!("key {key}"))
+        self.resource_source(kind, &value, &object, format!("key {name}"))
     }
 
     /// The resource of `kind` that `value` (`NAMESPACE/NAME`, or `NAME` in the namespace of
