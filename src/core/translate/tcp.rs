@@ -179,9 +179,11 @@ impl Translator<'_> {
     ) -> Option<Vec<(TcpBind, String)>> {
         let mut binds: Vec<(TcpBind, String)> = Vec::new();
         let list = &entry.frontend.binds;
-        for (b, (_, bind)) in list.entries.iter().enumerate() {
+        for (b, (map_key, bind)) in list.entries.iter().enumerate() {
             let bfield = format!("{field}.frontend.{}", list.field(b));
-            let parsed = self.tcp_bind(key, bind, taken).and_then(|p| {
+            // A bind of the map without a `name` is named by its key.
+            let name = bind.name.as_deref().or(map_key.as_deref());
+            let parsed = self.tcp_bind(key, name, bind, taken).and_then(|p| {
                 match binds
                     .iter()
                     .find(|(o, _)| o.address == p.address && o.port == p.port)
@@ -429,12 +431,11 @@ impl Translator<'_> {
     fn tcp_bind(
         &mut self,
         key: &Key,
+        name: Option<&str>,
         bind: &crate::objects::TcpBind,
         taken: &BTreeMap<(String, u16), String>,
     ) -> Result<TcpBind, String> {
-        let name = bind
-            .name
-            .as_deref()
+        let name = name
             .map(tcp_rules::parse_haproxy_name)
             .transpose()
             .map_err(|e| format!("name: {e}; bind skipped"))?;
