@@ -506,3 +506,47 @@ fn tcp_cr_no_ingress_class() {
     assert!(!cfg.contains("frontend tcp_fe-http-echo-80"), "{cfg}");
     assert!(!cfg.contains(&format!("backend tcp_{NS}_")), "{cfg}");
 }
+
+/// Access control by `tcp-request` rules fails closed: a frontend that rejects by rule serves
+/// while its rules are usable, and refuses every connection once one of its ACLs is not.
+#[test]
+fn a_frontend_rejecting_by_rule_fails_closed() {
+    let mut h = Harness::new();
+    let port = free_port();
+    let _app = app(&mut h, "http-echo", &[]);
+    let object = |value: &str| {
+        format!(
+            "apiVersion: ingress.v3.haproxy.org/v3\nkind: TCP\nmetadata:\n  name: guarded\n  namespace: {NS}\n  \
+             annotations: {{ingress.class: portcullis}}\nspec:\n  - name: guarded\n    frontend:\n      \
+             name: fe-guarded\n      binds: {{v4: {{address: 127.0.0.1, port: {port}}}}}\n      acl_list:\n        \
+             - {{acl_name: blocked, criterion: src, value: \"{value}\"}}\n      tcp_request_rule_list:\n        \
+             - {{type: connection, action: reject, cond: if, cond_test: blocked}}\n    \
+             service: {{name: http-echo, port: 80}}\n"
+        )
+    };
+    h.write("tcp.yaml", &object("192.0.2.0/24"));
+    h.start(&[]);
+    let target = addr("127.0.0.1", port);
+    wait_until(
+        APPLY_TIMEOUT,
+        "a client outside the blocked range is served",
+        || who_via(target, false).as_deref() == Some("http-echo"),
+    );
+    // Blocking loopback itself: refused, which shows the rule is in force.
+    h.write("tcp.yaml", &object("127.0.0.0/8"));
+    wait_until(APPLY_TIMEOUT, "the blocked range is refused", || {
+        who_via(target, false).is_none()
+    });
+    h.write("tcp.yaml", &object("192.0.2.0/24"));
+    wait_until(APPLY_TIMEOUT, "served again", || {
+        who_via(target, false).as_deref() == Some("http-echo")
+    });
+    // An ACL that reads a file is refused, and the frontend then refuses everyone.
+    h.write("tcp.yaml", &object("-f /etc/hosts"));
+    wait_until(APPLY_TIMEOUT, "everyone is refused", || {
+        who_via(target, false).is_none()
+    });
+    let fe = section(&cfg(&h), "frontend tcp_fe-guarded");
+    has(&fe, "tcp-request connection reject");
+    assert!(!fe.iter().any(|l| l.starts_with("acl")), "{fe:#?}");
+}
