@@ -469,8 +469,8 @@ impl Store {
     }
 }
 
-/// Where [`Store`] keeps the resources of `kind`; any other kind shares the `Backend`
-/// slot, which holds only `Backend` resources since [`Object::kind`] says what they are.
+/// Which of [`Store`]'s resource maps holds `kind` (`Backend`, `Defaults` or `Global`; callers
+/// pass no other kind).
 fn resource_index(kind: Kind) -> usize {
     match kind {
         Kind::Defaults => 1,
