@@ -9,9 +9,12 @@
 //! given `#[serde(default)]` changes the output.
 //!
 //! Every object in the schema keeps unknown fields (`x-kubernetes-preserve-unknown-fields`),
-//! because serde ignores them too (the types do not deny unknown fields), and because the
-//! resource is shared with haproxytech/kubernetes-ingress, whose TCP objects have frontend
-//! settings Portcullis does not read: the API server must not prune them.
+//! because serde ignores them too (the types do not deny unknown fields; translation reports
+//! them), and because the resource is shared with haproxytech/kubernetes-ingress, whose TCP
+//! objects have frontend settings Portcullis does not read: the API server must not prune
+//! them. A type whose documents take more than one shape (the binds: a map by name or a list)
+//! is an untyped node that keeps what it holds, so the schema stays a superset of the
+//! incumbent's.
 //!
 //! kube's `CustomResource` derive with `schemars` is not used: its root schema requires
 //! `spec` (a TCP object without one is accepted today) and drops `apiVersion`, `kind` and
