@@ -406,6 +406,78 @@ mod tests {
         }
     }
 
+    /// Whatever is accepted is words the output guard prints as they are, none of which
+    /// reads a file or runs a regex.
+    mod hostile {
+        use super::*;
+        use proptest::prelude::*;
+
+        const FRAGMENTS: &[&str] = &[
+            "\n",
+            " ",
+            "\t",
+            "#",
+            "'",
+            "\"",
+            "\\",
+            "%[env(X)]",
+            "$HOME",
+            "{",
+            "}",
+            "!",
+            "||",
+            "-f",
+            " /etc/passwd",
+            "-m",
+            " reg",
+            " str",
+            "-i",
+            "--",
+            "src",
+            "req_ssl_sni",
+            "dst_port",
+            "10.0.0.0/8",
+            "443",
+            "a.example.com",
+            "lua.x",
+            "acl1",
+            ":",
+            "*",
+        ];
+
+        fn hostile() -> impl Strategy<Value = String> {
+            prop::collection::vec(prop::sample::select(FRAGMENTS), 1..8)
+                .prop_map(|parts| parts.concat())
+        }
+
+        fn printable(word: &str) -> bool {
+            !word.is_empty()
+                && word
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && !b"'\"\\#$%`".contains(&b))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+            #[test]
+            fn accepted_rules_are_inert(criterion in hostile(), value in hostile(), test in hostile()) {
+                let declared: BTreeSet<String> = ["acl1".to_string()].into();
+                let mut accepted = Vec::new();
+                if let Ok(words) = parse_acl(criterion.trim(), &value) {
+                    accepted.extend(words);
+                }
+                if let Ok(words) = parse_rule_condition(Some("if"), Some(&test), &declared) {
+                    accepted.extend(words);
+                }
+                for w in &accepted {
+                    prop_assert!(printable(w), "{:?}", w);
+                    prop_assert!(w != "-f" && w != "reg", "{:?}", accepted);
+                }
+            }
+        }
+    }
+
     #[test]
     fn names_are_haproxy_names() {
         assert!(parse_haproxy_name("v4v6").is_ok());
