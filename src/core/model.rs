@@ -143,7 +143,11 @@ pub struct TcpService {
     /// that key and over `tcplog`.
     pub log_format: Option<String>,
     pub maxconn: Option<u64>,
-    pub client_timeout_ms: Option<u64>,
+    pub backlog: Option<u64>,
+    /// `timeout <name> <ms>` (`client`, `client-fin`).
+    pub timeouts: Vec<(String, u64)>,
+    /// `option <name>` (true) or `no option <name>` (false), e.g. `clitcpka`.
+    pub options: Vec<(bool, String)>,
     /// `tcp-request` rules in order, each as the words after `tcp-request`.
     pub requests: Vec<Vec<String>>,
     /// `acl` lines in order.

@@ -96,6 +96,25 @@ pub struct TcpFrontend {
     /// Milliseconds.
     #[serde(default)]
     pub client_timeout: Option<i64>,
+    /// Milliseconds.
+    #[serde(default)]
+    pub client_fin_timeout: Option<i64>,
+    #[serde(default)]
+    pub backlog: Option<i64>,
+    /// `enabled` or `disabled`: `option dontlognull` or `no option dontlognull`; the same
+    /// for the options below.
+    #[serde(default)]
+    pub dontlognull: Option<String>,
+    #[serde(default)]
+    pub dontlog_normal: Option<String>,
+    #[serde(default)]
+    pub logasap: Option<String>,
+    #[serde(default)]
+    pub clitcpka: Option<String>,
+    #[serde(default)]
+    pub tcpka: Option<String>,
+    #[serde(default)]
+    pub nolinger: Option<String>,
     #[serde(default)]
     pub binds: TcpBinds,
     #[serde(default)]

@@ -212,8 +212,8 @@ impl Translator<'_> {
         Some(binds)
     }
 
-    /// `mode`, `log_format`, `maxconn` and `client_timeout` of an entry's frontend; a bad
-    /// value costs that setting alone.
+    /// `mode`, `log_format`, `maxconn`, `backlog`, the client timeouts and the logging and
+    /// keep-alive options of an entry's frontend; a bad value costs that setting alone.
     fn tcp_frontend_settings(
         &mut self,
         object: &ObjectRef,
@@ -263,14 +263,52 @@ impl Translator<'_> {
             ),
             None => {}
         }
-        match fe.client_timeout {
-            Some(ms @ 1..=MAX_TIMEOUT_MS) => out.client_timeout_ms = Some(ms.unsigned_abs()),
-            Some(ms) => bad(
+        match fe.backlog {
+            Some(n @ 1..=MAX_FRONTEND_MAXCONN) => out.backlog = Some(n.unsigned_abs()),
+            Some(n) => bad(
                 &mut self.diags,
-                "client_timeout",
-                format!("{ms} is not between 1 and {MAX_TIMEOUT_MS} milliseconds"),
+                "backlog",
+                format!("{n} is not between 1 and {MAX_FRONTEND_MAXCONN}"),
             ),
             None => {}
+        }
+        for (name, timeout, value) in [
+            ("client_timeout", "client", fe.client_timeout),
+            ("client_fin_timeout", "client-fin", fe.client_fin_timeout),
+        ] {
+            match value {
+                Some(ms @ 1..=MAX_TIMEOUT_MS) => {
+                    out.timeouts.push((timeout.to_string(), ms.unsigned_abs()));
+                }
+                Some(ms) => bad(
+                    &mut self.diags,
+                    name,
+                    format!("{ms} is not between 1 and {MAX_TIMEOUT_MS} milliseconds"),
+                ),
+                None => {}
+            }
+        }
+        for (name, option, value) in [
+            ("dontlognull", "dontlognull", &fe.dontlognull),
+            ("dontlog_normal", "dontlog-normal", &fe.dontlog_normal),
+            ("logasap", "logasap", &fe.logasap),
+            ("clitcpka", "clitcpka", &fe.clitcpka),
+            ("tcpka", "tcpka", &fe.tcpka),
+            ("nolinger", "nolinger", &fe.nolinger),
+        ] {
+            match value.as_deref() {
+                Some("enabled") => out.options.push((true, option.to_string())),
+                Some("disabled") => out.options.push((false, option.to_string())),
+                Some(other) => bad(
+                    &mut self.diags,
+                    name,
+                    format!(
+                        "{} is neither enabled nor disabled",
+                        super::exposure::brief(other)
+                    ),
+                ),
+                None => {}
+            }
         }
     }
 
