@@ -125,8 +125,8 @@ pub struct TcpFrontend {
     pub tcp_request_rule_list: Vec<TcpRequestRule>,
 }
 
-/// A frontend's binds: the incumbent's map by bind name, or a list (Portcullis' earlier form,
-/// still read). Map entries are kept in key order.
+/// A frontend's binds: the incumbent's map by bind name, or a list of binds. Map entries are
+/// kept in key order.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TcpBinds {
     /// The binds, each with its key in the map (`None` in a list).
