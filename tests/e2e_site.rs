@@ -44,6 +44,7 @@ fn header_script(value: &str) -> String {
     format!(
         "// site: tag every response of Ingresses annotated example.com/tagged.\n\
          // Scope: route\n// Risk: low\n\
+         // Read: tagged bool from Ingress default false: tag the responses.\n\
          fn route(ctx) {{\n    if ctx.bool(\"tagged\") == true {{\n        #{{ response_headers: [[\"X-Site\", \"{value}\"]] }}\n    }}\n}}\n"
     )
 }
@@ -112,6 +113,27 @@ fn site_scripts_from_a_configmap_volume_are_hot_and_fail_safe() {
                 && r["site_error"]
                     .as_str()
                     .is_some_and(|e| e.contains("tag.rhai") && e.contains("line 4"))
+        })
+    });
+    assert_eq!(h.get("site.example.com", "/").header("x-site"), Some("v1"));
+
+    // A read the header does not declare is refused like a syntax error.
+    volume.publish(&[
+        (
+            "readme.rhai",
+            "// nothing yet\n// Scope: route\n// Risk: low\n",
+        ),
+        (
+            "tag.rhai",
+            &header_script("v3").replace("ctx.bool(\"tagged\")", "ctx.bool(\"tagged-too\")"),
+        ),
+    ]);
+    wait_until(APPLY_TIMEOUT, "the undeclared read is reported", || {
+        h.readyz().is_some_and(|(status, r)| {
+            status == 200
+                && r["site_error"].as_str().is_some_and(|e| {
+                    e.contains("tag.rhai: line 5: reads \"tagged-too\" (ctx.bool) without declaring it")
+                })
         })
     });
     assert_eq!(h.get("site.example.com", "/").header("x-site"), Some("v1"));
