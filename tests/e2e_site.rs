@@ -132,7 +132,9 @@ fn site_scripts_from_a_configmap_volume_are_hot_and_fail_safe() {
         h.readyz().is_some_and(|(status, r)| {
             status == 200
                 && r["site_error"].as_str().is_some_and(|e| {
-                    e.contains("tag.rhai: line 5: reads \"tagged-too\" (ctx.bool) without declaring it")
+                    e.contains(
+                        "tag.rhai: line 6: reads \"tagged-too\" (ctx.bool) without declaring it",
+                    )
                 })
         })
     });

@@ -463,6 +463,7 @@ impl Vocabulary {
                 name.to_string(),
                 Known {
                     objects: objects.to_vec(),
+                    types: Vec::new(),
                 },
             );
         }
