@@ -174,3 +174,77 @@ fn the_annotation_reference_in_the_docs_is_generated() {
         "docs/annotations.md: the generated annotation reference is stale; regenerate it with\n\n    UPDATE_DOCS=1 cargo test --test annotations\n\n(it is `portcullis annotations list --output markdown` between the markers)"
     );
 }
+
+/// Through `render`: a declared annotation whose value is not of its type is reported even
+/// when no hook reads it (a backend setting on an Ingress whose only path names a Service that
+/// does not exist: no backend hook runs for it), and once, by the hook, when one does.
+#[test]
+fn values_of_the_wrong_type_are_reported_once_whether_or_not_a_hook_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("objects.yaml"),
+        r#"apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: shop
+  annotations: {haproxy.org/pod-maxconn: "0"}
+spec:
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: orphan
+  namespace: shop
+  annotations: {haproxy.org/set-host: "Not A Host", haproxy.org/server-proto: "h3"}
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: orphan.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend: {service: {name: missing, port: {number: 80}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web
+  namespace: shop
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: web.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend: {service: {name: web, port: {number: 80}}}
+"#,
+    )
+    .unwrap();
+    let out = portcullis(&["render", "--manifests", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let lines = |needle: &str| stderr.lines().filter(|l| l.contains(needle)).count();
+    // The route hook reads set-host (the path answers 503): its report alone stands.
+    assert_eq!(lines("annotation haproxy.org/set-host"), 1, "{stderr}");
+    assert!(
+        stderr.contains("Ingress shop/orphan: annotation haproxy.org/set-host: \"Not A Host\" is not a host name"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "Ingress shop/orphan: annotation haproxy.org/server-proto: declared choice(h1|h2): \"h3\" is not one of: h1, h2; ignored wherever it is read"
+        ),
+        "{stderr}"
+    );
+    // The backend hook reads pod-maxconn: its report alone stands.
+    assert_eq!(lines("annotation haproxy.org/pod-maxconn"), 1, "{stderr}");
+    assert!(
+        stderr.contains("Service shop/web: annotation haproxy.org/pod-maxconn: 0 is outside the allowed range 1..1000000; setting ignored"),
+        "{stderr}"
+    );
+}
