@@ -926,6 +926,25 @@ pub struct FrontendRules {
     /// Some route leads to the built-in `portcullis_unavailable` backend (503: its Service or
     /// Service port does not exist), which is rendered only then.
     pub unavailable_routes: bool,
+    /// Access lists of `ssl-passthrough` hosts, applied in the passthrough frontend (HAProxy
+    /// sees no request there, only the TLS server name and the client's address). Sorted by
+    /// host; hosts without a list are not here.
+    pub passthrough_access: Vec<PassthroughAccess>,
+}
+
+/// Who may open TLS connections to one `ssl-passthrough` host: the connections of everyone
+/// else are closed before a byte reaches the pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PassthroughAccess {
+    /// The exact TLS server name (a validated host, no wildcard).
+    pub host: String,
+    /// Only these addresses and CIDR blocks get through (`allow-list`); empty: no such rule.
+    pub allow_list: Vec<String>,
+    /// These do not (`deny-list`).
+    pub deny_list: Vec<String>,
+    /// A bad access-list value: nobody gets through (fail closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_all: Option<DenyAll>,
 }
 
 /// One capture slot of both frontends.

@@ -953,7 +953,23 @@ impl<'a> Translator<'a> {
                 // ssl-passthrough: the host goes to the Service's TCP backend by SNI; the
                 // path makes no HTTP route.
                 if outcome.ssl_passthrough == Some(true) {
-                    if self.passthrough_route(&host, service_key, resolved, rank, &object, field) {
+                    if outcome.settings.basic_auth.is_some() {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            "auth-type",
+                            format!("basic authentication cannot be checked on ssl-passthrough connections (HAProxy does not decrypt them); every connection for host {host} is refused until one of the two is removed"),
+                        );
+                    }
+                    let access = passthrough_access(&host, &outcome.settings);
+                    if self.passthrough_route(
+                        &host,
+                        (service_key, resolved),
+                        rank,
+                        &object,
+                        field,
+                        access,
+                    ) {
                         routed.insert(&host);
                     }
                     continue;
@@ -1254,11 +1270,11 @@ impl<'a> Translator<'a> {
     fn passthrough_route(
         &mut self,
         host: &str,
-        service: Key,
-        port: ResolvedPort,
+        (service, port): (Key, ResolvedPort),
         rank: usize,
         ingress: &ObjectRef,
         field: String,
+        access: Option<crate::model::PassthroughAccess>,
     ) -> bool {
         if host.is_empty() || host.starts_with("*.") {
             self.diags.object(
@@ -1277,6 +1293,7 @@ impl<'a> Translator<'a> {
             rank,
             ingress: ingress.clone(),
             field,
+            access,
         });
         true
     }
@@ -1378,6 +1395,8 @@ impl<'a> Translator<'a> {
         let route_policies = backends.iter().any(|b| !b.policies.is_empty());
         let (sni, winners) = tls_edge::sni_map(parts_tls.passthrough.clone(), &mut self.diags);
         maps.sni = sni;
+        // Sorted by host, as the winners are.
+        let passthrough_access: Vec<_> = winners.iter().filter_map(|c| c.access.clone()).collect();
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
@@ -1468,6 +1487,7 @@ impl<'a> Translator<'a> {
                 hostless_routes: needs.none,
                 route_policies,
                 unavailable_routes: needs.unavailable,
+                passthrough_access,
             },
             redirect_codes,
             backends,
@@ -1687,6 +1707,32 @@ fn register<'t>(
 /// A short, stable id for a set of route settings, so equal settings share one policy: the
 /// first 40 bits of the SHA-256 of their JSON, which every replica and version computes alike.
 ///
+/// The access rules of an `ssl-passthrough` host from its route settings, `None` when it has
+/// none. Basic authentication cannot be checked on a connection HAProxy does not decrypt, so
+/// it closes the host to everyone rather than leave it open.
+fn passthrough_access(
+    host: &str,
+    settings: &RouteSettings,
+) -> Option<crate::model::PassthroughAccess> {
+    let mut deny_all = settings.deny_all.clone();
+    if settings.basic_auth.is_some() {
+        let d = deny_all.get_or_insert_with(|| crate::model::DenyAll {
+            status: 403,
+            because: Vec::new(),
+        });
+        d.because.push("auth-type".to_string());
+    }
+    if settings.allow_list.is_empty() && settings.deny_list.is_empty() && deny_all.is_none() {
+        return None;
+    }
+    Some(crate::model::PassthroughAccess {
+        host: host.to_string(),
+        allow_list: settings.allow_list.clone(),
+        deny_list: settings.deny_list.clone(),
+        deny_all,
+    })
+}
+
 /// The last few ids are kept per thread: the paths of one Ingress, and Ingresses with the
 /// same annotations, mostly have equal settings, and comparing them costs less than their
 /// JSON and digest (about 6 % of a cold run at 10 000 Ingresses).
