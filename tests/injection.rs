@@ -90,6 +90,12 @@ fn object(v: serde_json::Value) -> Object {
     Object::from_value(v).unwrap()
 }
 
+/// `objects` and the IngressClass their Ingresses name (without it they are not served).
+fn with_class(mut objects: Vec<Object>) -> Vec<Object> {
+    objects.push(object(json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}})));
+    objects
+}
+
 fn service(name: &str, annotations: serde_json::Value) -> Vec<Object> {
     vec![
         object(json!({
@@ -231,7 +237,9 @@ fn pipeline() -> Pipeline {
 #[test]
 fn hostile_values_are_refused_named_and_contained() {
     let (objects, expected, good_hosts) = hostile_cluster();
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
 
     // 1. Nothing hostile in any output file.
     for (name, bytes) in output.rendered.files() {
@@ -288,7 +296,9 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     config.config_map = None;
     let pipeline = portcullis::source::site::load_pipeline(Some(dir.path()), None, config).unwrap();
     let (objects, _, _) = hostile_cluster();
-    let output = pipeline.run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     for (name, bytes) in output.rendered.files() {
         assert!(
             !String::from_utf8_lossy(&bytes.bytes()).contains("PWN"),
@@ -430,7 +440,9 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
             "web",
         ));
     }
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     for (object, field) in &expected {
         let found = diagnostics
@@ -556,7 +568,7 @@ fn snippets_outside_the_allowlist_are_refused_and_named() {
         "key global-config-snippet".to_string(),
     ));
     let output = pipeline_with_snippets()
-        .run(&Store::from_objects(objects))
+        .run(&Store::from_objects(with_class(objects)))
         .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     for (object, field) in &expected {
@@ -629,7 +641,9 @@ fn values_and_totals_are_bounded() {
         )
         .collect();
     objects.push(ingress("many", json!({}), json!(rules), json!([]), "web"));
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     let last = values::MAX_HOSTS_PER_INGRESS;
     let on_many: Vec<&String> = diagnostics
@@ -909,7 +923,7 @@ fn what_the_snippet_allowlists_name_haproxy_accepts() {
         }
     })));
     let output = pipeline_with_snippets()
-        .run(&Store::from_objects(objects))
+        .run(&Store::from_objects(with_class(objects)))
         .unwrap();
     let config = haproxy_cfg(&output);
     for line in GLOBAL_SNIPPET_LINES

@@ -215,6 +215,10 @@ pub fn route<'a>(
 
 /// An Ingress of class `portcullis`: one rule per host, in the order hosts first appear,
 /// optionally a `spec.defaultBackend` and `spec.tls` entries `(secret, hosts)`.
+/// The IngressClass `portcullis` of the default `--controller-class`, which the Ingresses of
+/// [`ingress`] name.
+pub const INGRESS_CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: portcullis\nspec:\n  controller: portcullis.io/ingress\n";
+
 pub fn ingress(
     ns: &str,
     name: &str,
@@ -831,6 +835,11 @@ impl Harness {
         for sub in ["manifests", "config", "run", "work"] {
             std::fs::create_dir(root.path().join(sub)).expect("creating a directory");
         }
+        // The IngressClass the Ingresses of [`ingress`] name: without it they are not served.
+        write_atomically(
+            &root.path().join("manifests/00-ingressclass.yaml"),
+            INGRESS_CLASS,
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

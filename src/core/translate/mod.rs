@@ -226,6 +226,16 @@ pub fn translate_taking<'a>(
         &config.controller_class,
         config.watch_ingress_without_class,
     );
+    for (key, ingress) in store.ingresses() {
+        if let Some(why) = filter.unserved(store, ingress) {
+            t.diags.object(
+                Severity::Error,
+                &ObjectRef::new(Kind::Ingress, key),
+                "spec.ingressClassName",
+                filter.unserved_message(&why),
+            );
+        }
+    }
     // Oldest first, then by namespace and name: where two Ingresses claim the same thing,
     // the older one wins.
     let order = t.incremental.ingress_order(store, &filter);
@@ -1840,8 +1850,12 @@ mod tests {
                 {"host": "b.example.com", "http": {"paths": [path("/", "own"), path("/x", "plain")]}}]}
         }))
         .unwrap();
-        let store =
-            Store::from_objects(vec![service("plain", false), service("own", true), ingress]);
+        let store = Store::from_objects(vec![
+            super::class::tests::our_class(),
+            service("plain", false),
+            service("own", true),
+            ingress,
+        ]);
         let pipeline =
             crate::pipeline::Pipeline::load(None, None, TranslateConfig::default()).unwrap();
         let output = pipeline.run(&store).unwrap();
@@ -1900,6 +1914,7 @@ mod tests {
         let split = "http-request set-var(txn.policy) var(txn.route),field(2,.)\n";
         let allow = json!({"haproxy.org/allow-list": "10.0.0.0/8"});
         let mut store = Store::from_objects(vec![
+            super::class::tests::our_class(),
             service("a"),
             service("b"),
             ingress("a", json!({})),
