@@ -819,6 +819,8 @@ pub struct BackendSettings {
     /// `h2` to speak HTTP/2 to the pods.
     pub server_proto: Option<String>,
     pub forwarded_for: bool,
+    /// `option abortonclose`: a request whose client has gone is not sent to a pod.
+    pub abortonclose: bool,
     /// Server slots come in blocks of this size.
     pub slots_block: u32,
     /// `stick on src` with a stick table (shared with the peers when there are any).
@@ -855,6 +857,7 @@ impl Default for BackendSettings {
             server_ssl: false,
             server_proto: None,
             forwarded_for: false,
+            abortonclose: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
             source_persistence: None,
             cookie_persistence: None,

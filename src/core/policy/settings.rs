@@ -128,6 +128,7 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
                 .and_then(|s| values::parse_enum(&s, &["h1", "h2"]))
                 .map(|p| out.server_proto = (p == "h2").then_some(p)),
             "forwarded_for" => boolean(value).map(|b| out.forwarded_for = b),
+            "abortonclose" => boolean(value).map(|b| out.abortonclose = b),
             "slots_block" => int(value, 1, 1000).map(|n| out.slots_block = n as u32),
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "source_ip_persistence" => {
