@@ -814,7 +814,11 @@ pub struct BackendSettings {
     pub check_interval_ms: Option<u64>,
     /// `timeout <name> <ms>` inside the backend.
     pub timeouts: Timeouts,
+    /// `maxconn` on `default-server`: this replica's share of `pod_maxconn`.
     pub maxconn: Option<u32>,
+    /// `pod-maxconn` as configured, for all replicas together (set by translation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_maxconn: Option<u32>,
     pub server_ssl: bool,
     /// `h2` to speak HTTP/2 to the pods.
     pub server_proto: Option<String>,
@@ -854,6 +858,7 @@ impl Default for BackendSettings {
             check_interval_ms: None,
             timeouts: Timeouts::new(),
             maxconn: None,
+            pod_maxconn: None,
             server_ssl: false,
             server_proto: None,
             forwarded_for: false,

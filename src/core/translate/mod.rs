@@ -1401,7 +1401,7 @@ impl<'a> Translator<'a> {
         };
         drop(groups);
 
-        let backends = self.http_backends(&ingress_parts);
+        let mut backends = self.http_backends(&ingress_parts);
         let route_policies = backends.iter().any(|b| !b.policies.is_empty());
         let (sni, winners) = tls_edge::sni_map(parts_tls.passthrough.clone(), &mut self.diags);
         maps.sni = sni;
@@ -1484,6 +1484,11 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
+        let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
+        let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
+        let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
+        share_pod_maxconn(&mut backends, replicas);
+        share_pod_maxconn(&mut tcp_backends, replicas);
         let model = Model {
             version: self.config.version.clone(),
             listen: self.config.listen.clone(),
@@ -1503,7 +1508,7 @@ impl<'a> Translator<'a> {
             backends,
             default_backend,
             tls,
-            peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
+            peers,
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,
             userlists: std::mem::take(&mut self.userlists).into_vec(),
@@ -1717,6 +1722,27 @@ fn register<'t>(
 /// A short, stable id for a set of route settings, so equal settings share one policy: the
 /// first 40 bits of the SHA-256 of their JSON, which every replica and version computes alike.
 ///
+/// `pod-maxconn` is the most connections the controller as a whole opens to each pod, shared
+/// by its replicas as the incumbent shares it: each replica's servers get `maxconn` of the
+/// budget divided by the number of replicas (the Pods of the peers section), at least 1.
+/// The budget stays in `pod_maxconn`, so that a backend taken from the last run is divided
+/// from the budget again, never twice.
+fn share_pod_maxconn(backends: &mut [Arc<crate::model::Backend>], replicas: u32) {
+    for backend in backends {
+        let s = &backend.settings;
+        let Some(budget) = s.pod_maxconn.or(s.maxconn) else {
+            continue;
+        };
+        let per_replica = (budget / replicas.max(1)).max(1);
+        if s.maxconn == Some(per_replica) && s.pod_maxconn == Some(budget) {
+            continue;
+        }
+        let settings = Arc::make_mut(&mut Arc::make_mut(backend).settings);
+        settings.pod_maxconn = Some(budget);
+        settings.maxconn = Some(per_replica);
+    }
+}
+
 /// The access rules of an `ssl-passthrough` host from its route settings, `None` when it has
 /// none. Basic authentication cannot be checked on a connection HAProxy does not decrypt, so
 /// it closes the host to everyone rather than leave it open.
