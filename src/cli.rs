@@ -376,6 +376,10 @@ pub struct PipelineArgs {
     /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
     #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
     pub stats_bind_port: Option<u16>,
+    /// HAProxy answers `GET /healthz` with 200 on this port, for load balancers that probe
+    /// the data plane (the controller's own probes stay on --admin-addr).
+    #[arg(long, env = "PORTCULLIS_HEALTHZ_BIND_PORT")]
+    pub healthz_bind_port: Option<u16>,
     /// Who may route a host: `shared` (any Ingress of the class; the oldest wins a path) or
     /// `namespace` (a host belongs to the namespace of its oldest Ingress; rules and TLS hosts
     /// for it from other namespaces are refused).
@@ -439,6 +443,7 @@ impl PipelineArgs {
                 http: !self.disable_http,
                 https: !self.disable_https,
                 stats_port: self.stats_bind_port,
+                healthz_port: self.healthz_bind_port,
             },
             runtime_socket: None,
             identity: crate::translate::peers::Identity {

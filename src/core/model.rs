@@ -224,6 +224,9 @@ pub struct Listen {
     pub https: bool,
     /// HAProxy's stats page and Prometheus exporter (`--stats-bind-port`).
     pub stats_port: Option<u16>,
+    /// A frontend of HAProxy's own answering `/healthz` (`--healthz-bind-port`), so that load
+    /// balancers probe the data plane itself.
+    pub healthz_port: Option<u16>,
 }
 
 impl Default for Listen {
@@ -238,6 +241,7 @@ impl Default for Listen {
             http: true,
             https: true,
             stats_port: None,
+            healthz_port: None,
         }
     }
 }
