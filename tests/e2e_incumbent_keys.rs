@@ -28,3 +28,30 @@ fn haproxy_answers_healthz_on_its_own_port() {
     // It is HAProxy's: the controller's own admin endpoint is elsewhere.
     assert_ne!(port, h.admin_port);
 }
+
+/// The incumbent's QUIC flags are accepted, each with a warning: this HAProxy has no QUIC.
+#[test]
+fn quic_flags_are_accepted_with_a_warning() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tests/quic");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .env("NO_COLOR", "1")
+        .arg("render")
+        .arg("--manifests")
+        .arg(&dir)
+        .args(["--quic-bind-port", "443", "--quic-announce-port", "443"])
+        .arg("--disable-quic")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for flag in ["--quic-bind-port", "--quic-announce-port"] {
+        assert!(
+            stderr.contains(&format!(
+                "warning: {flag} is ignored: this HAProxy has no QUIC"
+            )),
+            "{stderr}"
+        );
+    }
+    let cfg = String::from_utf8_lossy(&out.stdout);
+    assert!(!cfg.contains("quic"), "{cfg}");
+}
