@@ -55,3 +55,88 @@ fn quic_flags_are_accepted_with_a_warning() {
     let cfg = String::from_utf8_lossy(&out.stdout);
     assert!(!cfg.contains("quic"), "{cfg}");
 }
+
+/// `ssl-redirect-port`: plain HTTP for a TLS host goes to that HTTPS port, with the path and
+/// query kept and the request's own port dropped; a host without it keeps the plain scheme
+/// redirect, and `443` is the same as none.
+#[test]
+fn ssl_redirect_port_names_the_https_port() {
+    let mut h = Harness::new();
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    let (crt, key) = self_signed(&h.work(), "example.com", "tls");
+    h.write("secret.yaml", &tls_secret(NS, "tls", &crt, &key));
+    let tls_ingress = |name: &str, host: &str, annotations: &[(&str, &str)]| {
+        annotated(
+            &ingress(
+                NS,
+                name,
+                &[route(Some(host), "/", "Prefix", "web")],
+                None,
+                &[("tls", &[host])],
+            ),
+            annotations,
+        )
+    };
+    h.write(
+        "ported.yaml",
+        &tls_ingress(
+            "ported",
+            "ported.example.com",
+            &[
+                ("haproxy.org/ssl-redirect-port", "8443"),
+                ("haproxy.org/ssl-redirect-code", "301"),
+            ],
+        ),
+    );
+    h.write(
+        "plain.yaml",
+        &tls_ingress("plain", "plain.example.com", &[]),
+    );
+    h.write(
+        "standard.yaml",
+        &tls_ingress(
+            "standard",
+            "standard.example.com",
+            &[("haproxy.org/ssl-redirect-port", "443")],
+        ),
+    );
+    h.start(&[]);
+
+    let answer = h.get("ported.example.com:80", "/a/b?x=1");
+    assert_eq!(answer.status, 301, "{answer:?}");
+    assert_eq!(
+        answer.header("location"),
+        Some("https://ported.example.com:8443/a/b?x=1")
+    );
+    for host in ["plain.example.com", "standard.example.com"] {
+        let answer = h.get(host, "/c?d=e");
+        assert_eq!(answer.status, 302, "{answer:?}");
+        assert_eq!(
+            answer.header("location"),
+            Some(format!("https://{host}/c?d=e").as_str())
+        );
+    }
+    let map = std::fs::read_to_string(h.config_dir().join("maps/ssl-redirect.map")).unwrap();
+    assert!(map.contains("ported.example.com 301:8443"), "{map}");
+    assert!(map.contains("standard.example.com 302\n"), "{map}");
+
+    // A bad port is reported on the Ingress; its host keeps the default port.
+    h.write(
+        "ported.yaml",
+        &tls_ingress(
+            "ported",
+            "ported.example.com",
+            &[("haproxy.org/ssl-redirect-port", "http")],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the default port again", || {
+        h.try_get("ported.example.com", "/")
+            .is_some_and(|a| a.header("location") == Some("https://ported.example.com/"))
+    });
+    wait_until(APPLY_TIMEOUT, "a diagnostic naming the key", || {
+        h.log()
+            .lines()
+            .any(|l| l.contains("Ingress shop/ported") && l.contains("ssl-redirect-port"))
+    });
+}

@@ -1016,6 +1016,24 @@ pub struct FrontendRules {
     /// sees no request there, only the TLS server name and the client's address). Sorted by
     /// host; hosts without a list are not here.
     pub passthrough_access: Vec<PassthroughAccess>,
+    /// `ssl-redirect` targets with an explicit HTTPS port (`ssl-redirect-port`), one frontend
+    /// rule each; the ssl-redirect map's value for their hosts is `<code>:<port>`. Redirects
+    /// without a port are `redirect_codes`.
+    pub ssl_redirect_ports: Vec<RedirectPort>,
+}
+
+/// An HTTP→HTTPS redirect to a port of its own: `https://<host>:<port><uri>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RedirectPort {
+    pub code: u16,
+    pub port: u16,
+}
+
+impl RedirectPort {
+    /// The ssl-redirect map value of its hosts.
+    pub fn map_value(&self) -> String {
+        format!("{}:{}", self.code, self.port)
+    }
 }
 
 /// Who may open TLS connections to one `ssl-passthrough` host: the connections of everyone

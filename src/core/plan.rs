@@ -235,12 +235,16 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         route_maps.sni = old.model.maps.sni.clone();
     }
     let codes = &old.model.redirect_codes;
+    let ported = &old.model.frontend_rules.ssl_redirect_ports;
     route_maps.ssl_redirect = new
         .model
         .maps
         .ssl_redirect
         .iter()
-        .filter(|e| codes.iter().any(|c| c.to_string() == *e.value))
+        .filter(|e| {
+            codes.iter().any(|c| c.to_string() == *e.value)
+                || ported.iter().any(|p| p.map_value() == *e.value)
+        })
         .cloned()
         .collect();
     let target = Applied::with_structure_of(model.clone(), new.rendered.clone(), old);

@@ -23,6 +23,8 @@ pub struct RouteOutcome {
     pub settings: std::sync::Arc<RouteSettings>,
     pub ssl_redirect: Option<bool>,
     pub ssl_redirect_code: Option<u16>,
+    /// `ssl-redirect-port`: the HTTPS port redirects name; none: the scheme's default (443).
+    pub ssl_redirect_port: Option<u16>,
     /// `route-acl` (read from the Service): the route is a canary route, taken only when this
     /// condition holds.
     pub route_acl: Option<crate::model::AclCondition>,
@@ -192,6 +194,9 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
             "standalone_backend" => boolean(value).map(|b| out.standalone_backend = Some(b)),
             "ssl_passthrough" => boolean(value).map(|b| out.ssl_passthrough = Some(b)),
             "ssl_redirect" => boolean(value).map(|b| out.ssl_redirect = Some(b)),
+            // 443 is what `https://` means without a port: the plain scheme redirect.
+            "ssl_redirect_port" => int(value, 1, 65535)
+                .map(|p| out.ssl_redirect_port = Some(p as u16).filter(|p| *p != 443)),
             "ssl_redirect_code" => int(value, 300, 399).and_then(|c| {
                 if REDIRECT_CODES.contains(&c) {
                     out.ssl_redirect_code = Some(c as u16);

@@ -128,8 +128,9 @@ pub struct Translation {
     pub budget: Budget,
 }
 
-/// Whether a host's HTTP requests are redirected to HTTPS, and with which status.
-type Redirect = (bool, u16);
+/// Whether a host's HTTP requests are redirected to HTTPS, with which status, and to which
+/// port (`ssl-redirect-port`; none: the default one).
+type Redirect = (bool, u16, Option<u16>);
 
 /// The first second at which the expiry message of a certificate ending at `end` reads
 /// differently than at `now` (see [`Translator::certificate`]).
@@ -864,8 +865,8 @@ impl<'a> Translator<'a> {
 
         // The first route outcome per host decides that host's ssl-redirect; a TLS host
         // without a rule of its own follows the Ingress' first route.
-        let mut redirect_by_host: BTreeMap<String, (bool, u16)> = BTreeMap::new();
-        let mut first_redirect: Option<(bool, u16)> = None;
+        let mut redirect_by_host: BTreeMap<String, Redirect> = BTreeMap::new();
+        let mut first_redirect: Option<Redirect> = None;
         // The Services' annotations as hook sources, made once per Service: the paths of an
         // Ingress mostly name one or two.
         let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
@@ -943,6 +944,7 @@ impl<'a> Translator<'a> {
                         let decision = (
                             outcome.ssl_redirect.unwrap_or(false),
                             outcome.ssl_redirect_code.unwrap_or(302),
+                            outcome.ssl_redirect_port,
                         );
                         redirect_by_host.entry(host.clone()).or_insert(decision);
                         first_redirect.get_or_insert(decision);
@@ -1006,6 +1008,7 @@ impl<'a> Translator<'a> {
                 let decision = (
                     outcome.ssl_redirect.unwrap_or(false),
                     outcome.ssl_redirect_code.unwrap_or(302),
+                    outcome.ssl_redirect_port,
                 );
                 redirect_by_host.entry(host.clone()).or_insert(decision);
                 first_redirect.get_or_insert(decision);
@@ -1166,8 +1169,8 @@ impl<'a> Translator<'a> {
     fn add_redirects(
         &mut self,
         hosts: &[String],
-        by_host: &BTreeMap<String, (bool, u16)>,
-        first: Option<(bool, u16)>,
+        by_host: &BTreeMap<String, Redirect>,
+        first: Option<Redirect>,
         rank: usize,
         object: &ObjectRef,
     ) {
@@ -1178,10 +1181,11 @@ impl<'a> Translator<'a> {
                 by_host.get(&format!("*.{rest}")).copied()
             };
             let decision = by_host.get(host).copied().or_else(wildcard).or(first);
-            if let Some((true, code)) = decision {
+            if let Some((true, code, port)) = decision {
                 self.redirects.push(RedirectClaim {
                     host: host.clone(),
                     code,
+                    port,
                     rank,
                     ingress: object.clone(),
                 });
@@ -1369,10 +1373,12 @@ impl<'a> Translator<'a> {
                 Some(kept) => kept,
                 None => {
                     let mut diags = Diagnostics::new();
-                    let (entries, codes) = routes::redirect_map(&parts_tls.redirects, &mut diags);
+                    let (entries, codes, ported) =
+                        routes::redirect_map(&parts_tls.redirects, &mut diags);
                     Arc::new(parts::RedirectMap {
                         entries,
                         codes,
+                        ported,
                         diagnostics: diags.into_sorted(),
                     })
                 }
@@ -1384,9 +1390,11 @@ impl<'a> Translator<'a> {
         let claims = self.incremental.claims(&groups);
         let (mut maps, needs) = routes::build_maps(&groups, claims, &mut self.diags);
         let mut redirect_codes = Vec::new();
+        let mut ssl_redirect_ports = Vec::new();
         if let Some(redirects) = &redirect_map {
             maps.ssl_redirect.clone_from(&redirects.entries);
             redirect_codes.clone_from(&redirects.codes);
+            ssl_redirect_ports.clone_from(&redirects.ported);
             for d in &redirects.diagnostics {
                 self.diags.push(d.clone());
             }
@@ -1503,6 +1511,7 @@ impl<'a> Translator<'a> {
                 route_policies,
                 unavailable_routes: needs.unavailable,
                 passthrough_access,
+                ssl_redirect_ports,
             },
             redirect_codes,
             backends,
