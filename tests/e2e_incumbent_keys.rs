@@ -140,3 +140,56 @@ fn ssl_redirect_port_names_the_https_port() {
             .any(|l| l.contains("Ingress shop/ported") && l.contains("ssl-redirect-port"))
     });
 }
+
+/// The controller ConfigMap's TLS keys on a real HAProxy: with `ssl-min-ver TLSv1.3`, a
+/// client limited to TLS 1.2 is refused and a TLS 1.3 client served; a bad value is reported
+/// on the key and the default (TLS 1.2 and up) comes back.
+#[test]
+fn tls_versions_and_suites_from_the_configmap() {
+    use rustls::ProtocolVersion;
+    let mut h = Harness::new();
+    write_tls_site(&mut h, NS, "secure.example.com", "tls");
+    let (crt, key) = self_signed(&h.work(), "secure.example.com", "tls");
+    h.write("secret.yaml", &tls_secret(NS, "tls", &crt, &key));
+    let config = |data: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: portcullis, namespace: {NS}}}\ndata:\n{data}"
+        )
+    };
+    h.write(
+        "configmap.yaml",
+        &config(
+            "  ssl-default-bind-options: ssl-min-ver TLSv1.3\n  ssl-default-bind-ciphersuites: TLS_AES_256_GCM_SHA384\n",
+        ),
+    );
+    h.start(&["--configmap", &format!("{NS}/portcullis")]);
+    let port = h.https_port;
+    let tls12 = || negotiated_version(port, "secure.example.com", &[&rustls::version::TLS12]);
+    let tls13 = || negotiated_version(port, "secure.example.com", &[&rustls::version::TLS13]);
+    assert_eq!(tls12(), None, "a TLS 1.2 client is refused");
+    assert_eq!(tls13(), Some(ProtocolVersion::TLSv1_3));
+    let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    assert!(
+        cfg.contains("ssl-default-bind-options ssl-min-ver TLSv1.3 no-tls-tickets"),
+        "{cfg}"
+    );
+    assert!(
+        cfg.contains("ssl-default-bind-ciphersuites TLS_AES_256_GCM_SHA384"),
+        "{cfg}"
+    );
+
+    // A version HAProxy does not know: reported on the key, the default applies again.
+    h.write(
+        "configmap.yaml",
+        &config("  ssl-default-bind-options: ssl-min-ver TLSv1.4\n"),
+    );
+    wait_until(APPLY_TIMEOUT, "TLS 1.2 is served again", || {
+        tls12() == Some(ProtocolVersion::TLSv1_2)
+    });
+    wait_until(APPLY_TIMEOUT, "a diagnostic naming the key", || {
+        h.log().lines().any(|l| {
+            l.contains("ConfigMap shop/portcullis") && l.contains("ssl-default-bind-options")
+        })
+    });
+    assert_eq!(h.reloads().1, 0, "no reload failed");
+}

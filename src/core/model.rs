@@ -356,6 +356,102 @@ pub struct GlobalSettings {
     /// Client addresses allowed to send a PROXY protocol header to the HTTP and HTTPS
     /// frontends (`proxy-protocol`), canonical CIDR blocks.
     pub proxy_protocol: Vec<String>,
+    /// `ssl-default-bind-options` of the HTTPS binds (`ssl-default-bind-options`).
+    pub ssl_bind_options: TlsBindOptions,
+    /// `ssl-default-bind-ciphers`: the OpenSSL cipher list for TLS 1.2 and below, checked by
+    /// [`crate::policy::global_keys::parse_cipher_list`]; none: OpenSSL's default.
+    pub ssl_ciphers: Option<String>,
+    /// `ssl-default-bind-ciphersuites`: TLS 1.3 suites; none: OpenSSL's default.
+    pub ssl_ciphersuites: Option<String>,
+}
+
+/// A TLS protocol version, written as HAProxy's `ssl-min-ver` takes it. Ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum TlsVersion {
+    #[serde(rename = "SSLv3")]
+    Ssl3,
+    #[serde(rename = "TLSv1.0")]
+    Tls10,
+    #[serde(rename = "TLSv1.1")]
+    Tls11,
+    #[serde(rename = "TLSv1.2")]
+    Tls12,
+    #[serde(rename = "TLSv1.3")]
+    Tls13,
+}
+
+impl TlsVersion {
+    pub const ALL: [TlsVersion; 5] = [
+        TlsVersion::Ssl3,
+        TlsVersion::Tls10,
+        TlsVersion::Tls11,
+        TlsVersion::Tls12,
+        TlsVersion::Tls13,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Ssl3 => "SSLv3",
+            TlsVersion::Tls10 => "TLSv1.0",
+            TlsVersion::Tls11 => "TLSv1.1",
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+        }
+    }
+
+    /// The older option that disables this version (`no-tlsv10`).
+    pub fn no_option(self) -> &'static str {
+        match self {
+            TlsVersion::Ssl3 => "no-sslv3",
+            TlsVersion::Tls10 => "no-tlsv10",
+            TlsVersion::Tls11 => "no-tlsv11",
+            TlsVersion::Tls12 => "no-tlsv12",
+            TlsVersion::Tls13 => "no-tlsv13",
+        }
+    }
+}
+
+/// The TLS options of the HTTPS binds (`ssl-default-bind-options`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TlsBindOptions {
+    /// `ssl-min-ver` (default TLSv1.2).
+    pub min_version: TlsVersion,
+    /// `ssl-max-ver`; none: the newest the library has.
+    pub max_version: Option<TlsVersion>,
+    /// `no-tls-tickets`.
+    pub no_tls_tickets: bool,
+    /// `prefer-client-ciphers`.
+    pub prefer_client_ciphers: bool,
+}
+
+impl Default for TlsBindOptions {
+    /// What the HTTPS binds get without the key: TLSv1.2 and up, session tickets off (their
+    /// keys would never rotate).
+    fn default() -> Self {
+        Self {
+            min_version: TlsVersion::Tls12,
+            max_version: None,
+            no_tls_tickets: true,
+            prefer_client_ciphers: false,
+        }
+    }
+}
+
+impl std::fmt::Display for TlsBindOptions {
+    /// As `ssl-default-bind-options` writes it, which [`crate::policy::global_keys`] parses.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ssl-min-ver {}", self.min_version.as_str())?;
+        if let Some(max) = self.max_version {
+            write!(f, " ssl-max-ver {}", max.as_str())?;
+        }
+        if self.no_tls_tickets {
+            f.write_str(" no-tls-tickets")?;
+        }
+        if self.prefer_client_ciphers {
+            f.write_str(" prefer-client-ciphers")?;
+        }
+        Ok(())
+    }
 }
 
 /// The routing maps. Keys are `host` + `path` (`host` empty for rules without a host, `*.`

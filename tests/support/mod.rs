@@ -725,6 +725,31 @@ pub fn served_certificate_der_from(
     Some(der)
 }
 
+/// The TLS version a handshake with `127.0.0.1:port` (SNI `server_name`) settles on, the
+/// client offering only `versions`; `None` when the handshake fails.
+pub fn negotiated_version(
+    port: u16,
+    server_name: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Option<rustls::ProtocolVersion> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    sock.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).ok()?;
+    }
+    conn.protocol_version()
+}
+
 /// A verifier for tests that want to see which certificate is served, whatever it is.
 #[derive(Debug)]
 struct AcceptAnyCertificate(Arc<rustls::crypto::CryptoProvider>);

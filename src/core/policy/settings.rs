@@ -99,6 +99,15 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
                 .and_then(|m| values::parse_enum(&m, HTTP_CONNECTION_MODES))
                 .map(|m| out.http_connection_mode = Some(m)),
             "proxy_protocol" => cidrs(value).map(|c| out.proxy_protocol = c),
+            "ssl_bind_options" => string(value)
+                .and_then(|o| super::global_keys::parse_tls_bind_options(&o))
+                .map(|o| out.ssl_bind_options = o),
+            "ssl_ciphers" => string(value)
+                .and_then(|c| super::global_keys::parse_cipher_list(&c))
+                .map(|c| out.ssl_ciphers = Some(c)),
+            "ssl_ciphersuites" => string(value)
+                .and_then(|c| super::global_keys::parse_ciphersuites(&c))
+                .map(|c| out.ssl_ciphersuites = Some(c)),
             _ => match Timeout::from_setting_key(key) {
                 Some(timeout) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(timeout, ms);
