@@ -193,3 +193,48 @@ fn tls_versions_and_suites_from_the_configmap() {
     });
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
+
+/// A cipher list whose syntax is fine but that the linked OpenSSL matches nothing with: HAProxy
+/// refuses it, the key is left out with an error on the ConfigMap naming it and HAProxy's
+/// words, and everything else is applied; a good list is taken again.
+#[test]
+fn a_cipher_list_haproxy_refuses_is_left_out_and_named() {
+    let mut h = Harness::new();
+    write_tls_site(&mut h, NS, "secure.example.com", "tls");
+    let (crt, key) = self_signed(&h.work(), "secure.example.com", "tls");
+    h.write("secret.yaml", &tls_secret(NS, "tls", &crt, &key));
+    let config = |ciphers: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: portcullis, namespace: {NS}}}\ndata:\n  ssl-default-bind-ciphers: {ciphers}\n  timeout-client: 31s\n"
+        )
+    };
+    h.write("configmap.yaml", &config("NOSUCHCIPHER"));
+    h.start(&["--configmap", &format!("{NS}/portcullis")]);
+    let port = h.https_port;
+    wait_until(APPLY_TIMEOUT, "a diagnostic naming the key", || {
+        h.log().lines().any(|l| {
+            l.contains("ConfigMap shop/portcullis")
+                && l.contains("key ssl-default-bind-ciphers")
+                && l.contains("unable to set SSL cipher list")
+        })
+    });
+    // The rest of the ConfigMap applies, and TLS is served with OpenSSL's default list.
+    let cfg = std::fs::read_to_string(h.config_dir().join("haproxy.cfg")).unwrap();
+    assert!(cfg.contains("timeout client 31000"), "{cfg}");
+    assert!(!cfg.contains("NOSUCHCIPHER"), "{cfg}");
+    assert!(served_certificate(port, "secure.example.com").is_some());
+
+    // A list OpenSSL knows is taken.
+    h.write(
+        "configmap.yaml",
+        &config("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256"),
+    );
+    wait_until(APPLY_TIMEOUT, "the new list is in force", || {
+        std::fs::read_to_string(h.config_dir().join("haproxy.cfg"))
+            .is_ok_and(|c| c.contains("ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256"))
+    });
+    assert_eq!(
+        negotiated_version(port, "secure.example.com", &[&rustls::version::TLS12]),
+        Some(rustls::ProtocolVersion::TLSv1_2)
+    );
+}

@@ -338,6 +338,64 @@ pub fn parse_ciphersuites(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
+/// The TLS keys HAProxy refused: key → (the value refused, HAProxy's words).
+pub type RefusedTlsKeys = std::collections::BTreeMap<String, (String, String)>;
+
+/// The cipher lists of `global` that HAProxy's refusal `messages` name (`unable to set SSL
+/// cipher list to '<list>'`): each by its ConfigMap key, with the value and the line. Only
+/// OpenSSL knows whether a list matches any cipher, so this is how a bad one is found.
+pub fn refused_tls_keys(
+    global: &crate::model::GlobalSettings,
+    messages: &[String],
+) -> Vec<(String, (String, String))> {
+    let lists = [
+        ("ssl-default-bind-ciphers", &global.ssl_ciphers),
+        ("ssl-default-bind-ciphersuites", &global.ssl_ciphersuites),
+    ];
+    let mut out = Vec::new();
+    for (key, value) in lists {
+        let Some(value) = value else { continue };
+        let quoted = format!("'{value}'");
+        if let Some(line) = messages
+            .iter()
+            .find(|m| m.contains("cipher") && m.contains(&quoted))
+        {
+            out.push((key.to_string(), (value.clone(), line.trim().to_string())));
+        }
+    }
+    out
+}
+
+/// Leaves out of `global` the keys HAProxy refused with the value they still have, with an
+/// error on the ConfigMap naming the key: OpenSSL's default applies until the value changes.
+pub fn leave_out_refused(
+    global: &mut crate::model::GlobalSettings,
+    refused: &RefusedTlsKeys,
+    config_map: &crate::objects::ObjectRef,
+    diags: &mut crate::diagnostics::Diagnostics,
+) {
+    for (key, slot) in [
+        ("ssl-default-bind-ciphers", &mut global.ssl_ciphers),
+        (
+            "ssl-default-bind-ciphersuites",
+            &mut global.ssl_ciphersuites,
+        ),
+    ] {
+        let Some((value, words)) = refused.get(key) else {
+            continue;
+        };
+        if slot.as_deref() == Some(value.as_str()) {
+            *slot = None;
+            diags.object(
+                crate::diagnostics::Severity::Error,
+                config_map,
+                format!("key {key}"),
+                format!("HAProxy refused it ({words}); OpenSSL's default applies until it changes"),
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

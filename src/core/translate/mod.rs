@@ -113,6 +113,9 @@ pub struct RunInputs {
     /// Certificate files HAProxy refused (`run`), with its words: their Secrets' hosts are
     /// served without them (see [`tls::Unserved::Refused`]).
     pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
+    /// TLS cipher lists of the controller ConfigMap HAProxy refused (`run`): by key, the
+    /// value refused and HAProxy's words. While the key holds that value it is left out.
+    pub refused_tls_keys: Arc<crate::policy::global_keys::RefusedTlsKeys>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -208,7 +211,7 @@ pub fn translate_taking<'a>(
             |k| ObjectRef::new(Kind::ConfigMap, k),
         );
         let ctx = HookContext::new(
-            subject,
+            subject.clone(),
             t.ctx.config_map.iter().cloned().collect(),
             BTreeMap::new(),
         )
@@ -216,7 +219,14 @@ pub fn translate_taking<'a>(
         let run = policy.run_global(&ctx, t.budget);
         t.budget = run.budget;
         t.diags.extend(run.diagnostics);
-        run.settings
+        let mut settings = run.settings;
+        crate::policy::global_keys::leave_out_refused(
+            &mut settings,
+            &inputs.refused_tls_keys,
+            &subject,
+            &mut t.diags,
+        );
+        settings
     };
     if let Some(key) = &config.default_backend_service {
         t.default_backend_service(key);
@@ -643,6 +653,7 @@ impl<'a> Translator<'a> {
                 knew_time: inputs.now_unix.is_some(),
                 external_names: inputs.external_names.clone(),
                 refused_certificates: inputs.refused_certificates.clone(),
+                refused_tls_keys: inputs.refused_tls_keys.clone(),
                 ..Reuse::default()
             },
             incremental: incremental::Incremental::default(),
