@@ -522,4 +522,53 @@ mod tests {
             assert!(parse_ciphersuites(bad).is_err(), "{bad:?}");
         }
     }
+
+    /// HAProxy's words about a cipher list lead to its key; the next run leaves that key out
+    /// while it keeps the value, with an error naming it, and takes a new value again.
+    #[test]
+    fn a_refused_cipher_list_is_left_out_by_its_key() {
+        let global = crate::model::GlobalSettings {
+            ssl_ciphers: Some("NOSUCH".to_string()),
+            ssl_ciphersuites: Some("TLS_AES_256_GCM_SHA384".to_string()),
+            ..Default::default()
+        };
+        let messages = ["[ALERT] (1) : config : Proxy 'https': unable to set SSL cipher list to 'NOSUCH' for bind '127.0.0.1:443' at [haproxy.cfg:40].".to_string()];
+        let refused: RefusedTlsKeys = refused_tls_keys(&global, &messages).into_iter().collect();
+        assert_eq!(
+            refused.keys().collect::<Vec<_>>(),
+            ["ssl-default-bind-ciphers"]
+        );
+        let config_map = crate::objects::ObjectRef::new(
+            crate::objects::Kind::ConfigMap,
+            &crate::objects::Key::new("ingress", "portcullis"),
+        );
+        let mut diags = crate::diagnostics::Diagnostics::new();
+        let mut next = global.clone();
+        leave_out_refused(&mut next, &refused, &config_map, &mut diags);
+        assert_eq!(next.ssl_ciphers, None);
+        assert_eq!(next.ssl_ciphersuites, global.ssl_ciphersuites);
+        let said: Vec<String> = diags
+            .into_sorted()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].contains("ConfigMap ingress/portcullis: key ssl-default-bind-ciphers"),
+            "{said:?}"
+        );
+        assert!(
+            said[0].contains("unable to set SSL cipher list"),
+            "{said:?}"
+        );
+        // A new value is tried again.
+        let mut changed = crate::model::GlobalSettings {
+            ssl_ciphers: Some("HIGH".to_string()),
+            ..Default::default()
+        };
+        let mut diags = crate::diagnostics::Diagnostics::new();
+        leave_out_refused(&mut changed, &refused, &config_map, &mut diags);
+        assert_eq!(changed.ssl_ciphers.as_deref(), Some("HIGH"));
+        assert!(diags.is_empty());
+    }
 }
