@@ -238,3 +238,85 @@ fn a_cipher_list_haproxy_refuses_is_left_out_and_named() {
         Some(rustls::ProtocolVersion::TLSv1_2)
     );
 }
+
+/// Per TLS host: an Ingress' `ssl-min-ver` goes on its hosts' crt-list line, so a TLS 1.2
+/// client is refused by that host and served by another Ingress' host on the same port.
+#[test]
+fn an_ingress_raises_the_tls_version_of_its_own_hosts() {
+    use rustls::ProtocolVersion;
+    let mut h = Harness::new();
+    let web = h.backend(NS, "web");
+    h.write("web.yaml", &web);
+    for (name, host) in [
+        ("strict", "strict.example.com"),
+        ("plain", "plain.example.com"),
+    ] {
+        let (crt, key) = self_signed(&h.work(), host, name);
+        h.write(
+            &format!("{name}-tls.yaml"),
+            &tls_secret(NS, &format!("{name}-tls"), &crt, &key),
+        );
+    }
+    let tls_ingress = |name: &str, host: &str, annotations: &[(&str, &str)]| {
+        annotated(
+            &ingress(
+                NS,
+                name,
+                &[route(Some(host), "/", "Prefix", "web")],
+                None,
+                &[(&format!("{name}-tls"), &[host])],
+            ),
+            annotations,
+        )
+    };
+    h.write(
+        "strict.yaml",
+        &tls_ingress(
+            "strict",
+            "strict.example.com",
+            &[
+                ("haproxy.org/ssl-min-ver", "TLSv1.3"),
+                ("haproxy.org/ssl-ciphersuites", "TLS_AES_256_GCM_SHA384"),
+            ],
+        ),
+    );
+    h.write(
+        "plain.yaml",
+        &tls_ingress("plain", "plain.example.com", &[]),
+    );
+    h.start(&[]);
+    let port = h.https_port;
+    let tls12 = |host: &str| negotiated_version(port, host, &[&rustls::version::TLS12]);
+    assert_eq!(tls12("strict.example.com"), None, "{}", h.log());
+    assert_eq!(tls12("plain.example.com"), Some(ProtocolVersion::TLSv1_2));
+    assert_eq!(
+        negotiated_version(port, "strict.example.com", &[&rustls::version::TLS13]),
+        Some(ProtocolVersion::TLSv1_3)
+    );
+    let list = std::fs::read_to_string(h.config_dir().join("certs/crt-list.txt")).unwrap();
+    assert!(
+        list.lines().any(|l| l.contains(
+            "[ssl-min-ver TLSv1.3 ciphersuites TLS_AES_256_GCM_SHA384] strict.example.com"
+        )),
+        "{list}"
+    );
+
+    // A bad version is reported on the Ingress; its host takes the default again.
+    h.write(
+        "strict.yaml",
+        &tls_ingress(
+            "strict",
+            "strict.example.com",
+            &[("haproxy.org/ssl-min-ver", "TLSv9")],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "TLS 1.2 is served again", || {
+        tls12("strict.example.com") == Some(ProtocolVersion::TLSv1_2)
+    });
+    wait_until(APPLY_TIMEOUT, "a diagnostic naming the annotation", || {
+        h.log()
+            .lines()
+            .any(|l| l.contains("Ingress shop/strict") && l.contains("ssl-min-ver"))
+    });
+    assert_eq!(h.reloads().1, 0, "no reload failed");
+}

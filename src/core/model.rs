@@ -1319,7 +1319,39 @@ pub struct PemFile {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct CrtListEntry {
     pub path: CertPath,
+    /// TLS options of these names (`ssl-min-ver`, `ciphers`, `ciphersuites` in brackets);
+    /// none: the binds' defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<HostTls>,
     pub sni: Vec<String>,
+}
+
+/// The TLS options of one Ingress' TLS hosts, from its annotations (`ssl-min-ver`,
+/// `ssl-ciphers`, `ssl-ciphersuites`): written on their crt-list line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct HostTls {
+    pub min_version: Option<TlsVersion>,
+    /// Checked by [`crate::policy::global_keys::parse_cipher_list`].
+    pub ciphers: Option<String>,
+    /// Checked by [`crate::policy::global_keys::parse_ciphersuites`].
+    pub ciphersuites: Option<String>,
+}
+
+impl HostTls {
+    /// The bracketed options of a crt-list line (`[ssl-min-ver TLSv1.3 ciphers …]`).
+    pub fn crt_list_options(&self) -> String {
+        let mut words = Vec::new();
+        if let Some(v) = self.min_version {
+            words.push(format!("ssl-min-ver {}", v.as_str()));
+        }
+        if let Some(c) = &self.ciphers {
+            words.push(format!("ciphers {c}"));
+        }
+        if let Some(c) = &self.ciphersuites {
+            words.push(format!("ciphersuites {c}"));
+        }
+        format!("[{}]", words.join(" "))
+    }
 }
 
 /// The name of a file made from a Secret (a certificate, a CA bundle), with that Secret:

@@ -25,6 +25,9 @@ pub struct RouteOutcome {
     pub ssl_redirect_code: Option<u16>,
     /// `ssl-redirect-port`: the HTTPS port redirects name; none: the scheme's default (443).
     pub ssl_redirect_port: Option<u16>,
+    /// TLS options of the Ingress' TLS hosts (`ssl-min-ver`, `ssl-ciphers`,
+    /// `ssl-ciphersuites`), on their crt-list line.
+    pub host_tls: Option<crate::model::HostTls>,
     /// `route-acl` (read from the Service): the route is a canary route, taken only when this
     /// condition holds.
     pub route_acl: Option<crate::model::AclCondition>,
@@ -206,6 +209,23 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
             "standalone_backend" => boolean(value).map(|b| out.standalone_backend = Some(b)),
             "ssl_passthrough" => boolean(value).map(|b| out.ssl_passthrough = Some(b)),
             "ssl_redirect" => boolean(value).map(|b| out.ssl_redirect = Some(b)),
+            "tls_min_version" => string(value)
+                .and_then(|v| super::global_keys::parse_tls_version(&v))
+                .map(|v| {
+                    out.host_tls
+                        .get_or_insert_with(Default::default)
+                        .min_version = Some(v);
+                }),
+            "tls_ciphers" => string(value)
+                .and_then(|c| super::global_keys::parse_cipher_list(&c))
+                .map(|c| out.host_tls.get_or_insert_with(Default::default).ciphers = Some(c)),
+            "tls_ciphersuites" => string(value)
+                .and_then(|c| super::global_keys::parse_ciphersuites(&c))
+                .map(|c| {
+                    out.host_tls
+                        .get_or_insert_with(Default::default)
+                        .ciphersuites = Some(c);
+                }),
             // 443 is what `https://` means without a port: the plain scheme redirect.
             "ssl_redirect_port" => int(value, 1, 65535)
                 .map(|p| out.ssl_redirect_port = Some(p as u16).filter(|p| *p != 443)),

@@ -885,6 +885,9 @@ impl<'a> Translator<'a> {
         // without a rule of its own follows the Ingress' first route.
         let mut redirect_by_host: BTreeMap<String, Redirect> = BTreeMap::new();
         let mut first_redirect: Option<Redirect> = None;
+        // The TLS options of the Ingress' TLS hosts: its first route's (they are read from
+        // the Ingress, so every route of it has the same).
+        let mut host_tls: Option<Option<crate::model::HostTls>> = None;
         // The Services' annotations as hook sources, made once per Service: the paths of an
         // Ingress mostly name one or two.
         let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
@@ -954,6 +957,7 @@ impl<'a> Translator<'a> {
                 self.budget = run.budget;
                 self.diags.extend(run.diagnostics);
                 let outcome = run.settings;
+                host_tls.get_or_insert_with(|| outcome.host_tls.clone());
                 let Some((service_key, resolved, _)) = target else {
                     // The path keeps its keys and answers 503 (the error above says why):
                     // falling through would serve another route's backend. An ssl-passthrough
@@ -1063,7 +1067,7 @@ impl<'a> Translator<'a> {
             key,
             &object,
             &routed,
-            (&redirect_by_host, first_redirect),
+            (&redirect_by_host, first_redirect, host_tls.flatten()),
         );
     }
 
@@ -1131,7 +1135,11 @@ impl<'a> Translator<'a> {
         key: &Key,
         object: &ObjectRef,
         routed: &tls_edge::RoutedHosts,
-        (redirect_by_host, first_redirect): (&BTreeMap<String, Redirect>, Option<Redirect>),
+        (redirect_by_host, first_redirect, host_tls): (
+            &BTreeMap<String, Redirect>,
+            Option<Redirect>,
+            Option<crate::model::HostTls>,
+        ),
     ) {
         for (i, entry) in spec.tls.iter().flatten().enumerate() {
             let field = format!("spec.tls[{i}]");
@@ -1168,6 +1176,7 @@ impl<'a> Translator<'a> {
                 Ok(path) => {
                     self.tls_entries.push(CrtListEntry {
                         path,
+                        options: host_tls.clone(),
                         sni: hosts.clone(),
                     });
                 }
@@ -1337,6 +1346,7 @@ impl<'a> Translator<'a> {
             Ok(path) => {
                 self.default_certificate = Some(CrtListEntry {
                     path,
+                    options: None,
                     sni: Vec::new(),
                 });
                 true
@@ -1359,6 +1369,7 @@ impl<'a> Translator<'a> {
             Ok(path) => {
                 self.default_certificate = Some(CrtListEntry {
                     path,
+                    options: None,
                     sni: Vec::new(),
                 });
             }
