@@ -164,7 +164,7 @@ impl Translator<'_> {
             }
             if let Some(port) = l.healthz_port {
                 out.insert(
-                    (address.clone(), port),
+                    (address, port),
                     "the healthz frontend (--healthz-bind-port)".to_string(),
                 );
             }
