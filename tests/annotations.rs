@@ -183,7 +183,14 @@ fn values_of_the_wrong_type_are_reported_once_whether_or_not_a_hook_reads_them()
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("objects.yaml"),
-        r#"apiVersion: v1
+        r#"apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: portcullis
+spec:
+  controller: portcullis.io/ingress
+---
+apiVersion: v1
 kind: Service
 metadata:
   name: web

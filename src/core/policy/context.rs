@@ -885,6 +885,24 @@ impl Ctx {
             .map_or(Dynamic::UNIT, strings_to_array)
     }
 
+    /// `ssl-default-bind-options`: the checked options, written back as HAProxy takes them.
+    fn get_tls_options(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_tls_bind_options)
+            .map_or(Dynamic::UNIT, |o| Dynamic::from(o.to_string()))
+    }
+
+    /// `ssl-default-bind-ciphers`: a checked OpenSSL cipher list.
+    fn get_ciphers(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_cipher_list)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    /// `ssl-default-bind-ciphersuites`: TLS 1.3 suites.
+    fn get_ciphersuites(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_ciphersuites)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
     /// `cors-allow-origin`: `"*"`, origins joined by `", "` or an anchored regex.
     fn get_cors_origin(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_cors_origin)
@@ -1266,6 +1284,9 @@ pub(crate) fn register(engine: &mut Engine) {
         "http_check" => get_http_check,
         "secret_ref" => get_secret_ref,
         "alpn" => get_alpn,
+        "tls_options" => get_tls_options,
+        "ciphers" => get_ciphers,
+        "ciphersuites" => get_ciphersuites,
         "cors_origin" => get_cors_origin,
         "http_methods" => get_http_methods,
         "header_names" => get_header_names,
