@@ -342,6 +342,32 @@ fn cors_ingress_alone() {
     cors_cases(&suite, &h, &annotate);
 }
 
+/// cors `Test_Configmap_Alone`: the same cases with the settings in the controller
+/// ConfigMap, which apply to every route. A `portcullis run` of its own (the ConfigMap is
+/// everyone's).
+#[test]
+fn cors_configmap_alone() {
+    let mut h = Harness::new();
+    h.write("ingressclass.yaml", &ingress_class());
+    let base = include_str!("fixtures/incumbent/configmap.yaml");
+    h.write("configmap.yaml", base);
+    let mut flags = CLASS_FLAGS.to_vec();
+    flags.extend(CONFIGMAP_FLAGS);
+    h.start(&flags);
+    let suite = Suite::new("cors-configmap");
+    let pod = Pod::start("http-echo", Reply::Echo);
+    suite.app(&h, &pod);
+    suite.ingress(&h, &[]);
+    let annotate = |settings: &[(&str, &str)]| {
+        let mut cm = base.to_string();
+        for (k, v) in settings {
+            cm.push_str(&format!("  {k}: {v:?}\n"));
+        }
+        h.write("configmap.yaml", &cm);
+    };
+    cors_cases(&suite, &h, &annotate);
+}
+
 // ---------------------------------------------------------------------------------------------
 // rate-limiting
 
@@ -527,6 +553,92 @@ fn access_control_whitelist() {
             ("allow-list", "192.168.5.0/24"),
         ],
         &[("192.168.5.3", 200), ("192.168.4.3", 403)],
+    );
+}
+
+/// A `portcullis run` of its own with the access-control suite's pattern files
+/// (`--configmap-patternfiles`).
+fn with_pattern_files() -> Harness {
+    let mut h = Harness::new();
+    h.write("ingressclass.yaml", &ingress_class());
+    h.write(
+        "patternfiles.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: patternfiles\n  \
+         namespace: haproxy-controller\ndata:\n  ips: |\n    192.168.0.0/24\n    192.168.1.0/24\n  \
+         ips2: |\n    192.169.0.0/24\n    192.169.1.0/24\n",
+    );
+    let mut flags = CLASS_FLAGS.to_vec();
+    flags.extend([
+        "--configmap-patternfiles",
+        "haproxy-controller/patternfiles",
+    ]);
+    h.start(&flags);
+    h
+}
+
+/// access-control `Test_Whitelist`, its pattern-file cases.
+#[test]
+#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
+fn access_control_whitelist_pattern_files() {
+    let h = with_pattern_files();
+    let suite = Suite::new("access-control-allow-patterns");
+    let pod = Pod::start("http-echo", Reply::Echo);
+    suite.app(&h, &pod);
+    // Patternfile
+    access_case(
+        &suite,
+        &h,
+        &[("allow-list", "patterns/ips")],
+        &[("192.168.0.3", 200), ("192.168.2.3", 403)],
+    );
+    // Patternfile deprecated annotation name
+    access_case(
+        &suite,
+        &h,
+        &[("whitelist", "patterns/ips2")],
+        &[("192.169.0.3", 200), ("192.168.2.3", 403)],
+    );
+    // Patternfile: when new and deprecated annotation names are defined then only new name is
+    // considered
+    access_case(
+        &suite,
+        &h,
+        &[
+            ("whitelist", "patterns/ips2"),
+            ("allow-list", "patterns/ips"),
+        ],
+        &[("192.168.0.3", 200), ("192.168.2.3", 403)],
+    );
+}
+
+/// access-control `Test_Blacklist`, its pattern-file cases.
+#[test]
+#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
+fn access_control_blacklist_pattern_files() {
+    let h = with_pattern_files();
+    let suite = Suite::new("access-control-deny-patterns");
+    let pod = Pod::start("http-echo", Reply::Echo);
+    suite.app(&h, &pod);
+    access_case(
+        &suite,
+        &h,
+        &[("deny-list", "patterns/ips")],
+        &[("192.168.0.3", 403), ("192.168.2.3", 200)],
+    );
+    access_case(
+        &suite,
+        &h,
+        &[("blacklist", "patterns/ips2")],
+        &[("192.169.0.3", 403), ("192.168.2.3", 200)],
+    );
+    access_case(
+        &suite,
+        &h,
+        &[
+            ("blacklist", "patterns/ips2"),
+            ("deny-list", "patterns/ips"),
+        ],
+        &[("192.168.0.3", 403), ("192.169.2.3", 200)],
     );
 }
 
