@@ -382,7 +382,10 @@ spec: {ports: [{port: 80}]}
             .iter()
             .find(|b| b.service == "web")
             .unwrap();
-        web.settings.timeouts.get("server").copied()
+        web.settings
+            .timeouts
+            .get(&portcullis::model::Timeout::Server)
+            .copied()
     };
     assert_eq!(timeout(&pipeline.run(&store).unwrap()), Some(5000));
     // The younger Ingress changed: a run that takes the older one's part.

@@ -242,11 +242,85 @@ impl Default for Listen {
     }
 }
 
+/// A HAProxy `timeout` kind. It serialises as HAProxy names it (`client-fin`), and the variants
+/// are declared in the order of those names, so a map of timeouts prints sorted by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Timeout {
+    Check,
+    Client,
+    ClientFin,
+    Connect,
+    HttpKeepAlive,
+    HttpRequest,
+    Queue,
+    Server,
+    ServerFin,
+    Tunnel,
+}
+
+impl Timeout {
+    pub const ALL: [Timeout; 10] = [
+        Timeout::Check,
+        Timeout::Client,
+        Timeout::ClientFin,
+        Timeout::Connect,
+        Timeout::HttpKeepAlive,
+        Timeout::HttpRequest,
+        Timeout::Queue,
+        Timeout::Server,
+        Timeout::ServerFin,
+        Timeout::Tunnel,
+    ];
+
+    /// HAProxy's name, as in `timeout <name>`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Timeout::Check => "check",
+            Timeout::Client => "client",
+            Timeout::ClientFin => "client-fin",
+            Timeout::Connect => "connect",
+            Timeout::HttpKeepAlive => "http-keep-alive",
+            Timeout::HttpRequest => "http-request",
+            Timeout::Queue => "queue",
+            Timeout::Server => "server",
+            Timeout::ServerFin => "server-fin",
+            Timeout::Tunnel => "tunnel",
+        }
+    }
+
+    /// Whether a `backend` section takes it; the others are for `defaults` only (client-side
+    /// timeouts belong to the frontend, and `server-fin` is left global).
+    pub fn in_backend(self) -> bool {
+        matches!(
+            self,
+            Timeout::Check | Timeout::Connect | Timeout::Queue | Timeout::Server | Timeout::Tunnel
+        )
+    }
+
+    /// The timeout a hook's `timeout_<name>` key sets (`timeout_http_keep_alive`).
+    pub fn from_setting_key(key: &str) -> Option<Timeout> {
+        let name = key.strip_prefix("timeout_")?;
+        Timeout::ALL
+            .into_iter()
+            .find(|t| t.name().len() == name.len() && t.name().replace('-', "_") == name)
+    }
+}
+
+impl fmt::Display for Timeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Timeouts in milliseconds.
+pub type Timeouts = BTreeMap<Timeout, u64>;
+
 /// Settings of the `defaults` section, from the global hook (controller ConfigMap).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct GlobalSettings {
-    /// `timeout <name> <ms>`, by HAProxy timeout name (`client`, `http-request`, ...).
-    pub timeouts: BTreeMap<String, u64>,
+    /// `timeout <name> <ms>` of the `defaults` section.
+    pub timeouts: Timeouts,
     /// Raw lines for the `global` section (`global-config-snippet`), already checked.
     pub config_snippet: Vec<String>,
     /// Raw lines for the HTTP and HTTPS frontends (`frontend-config-snippet`), already checked.
@@ -739,7 +813,7 @@ pub struct BackendSettings {
     pub check_http: Option<HttpCheck>,
     pub check_interval_ms: Option<u64>,
     /// `timeout <name> <ms>` inside the backend.
-    pub timeouts: BTreeMap<String, u64>,
+    pub timeouts: Timeouts,
     pub maxconn: Option<u32>,
     pub server_ssl: bool,
     /// `h2` to speak HTTP/2 to the pods.
@@ -776,7 +850,7 @@ impl Default for BackendSettings {
             check: false,
             check_http: None,
             check_interval_ms: None,
-            timeouts: BTreeMap::new(),
+            timeouts: Timeouts::new(),
             maxconn: None,
             server_ssl: false,
             server_proto: None,
@@ -1176,6 +1250,29 @@ mod tests {
     use proptest::prelude::*;
 
     type Plain = Vec<Option<(Address, u16)>>;
+
+    #[test]
+    fn timeouts_are_named_and_ordered_as_haproxy_names_them() {
+        let names: Vec<&str> = Timeout::ALL.iter().map(|t| t.name()).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted, "a map of timeouts prints sorted by name");
+        for t in Timeout::ALL {
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("{:?}", t.name()));
+            let key = format!("timeout_{}", t.name().replace('-', "_"));
+            assert_eq!(Timeout::from_setting_key(&key), Some(t));
+        }
+        for key in [
+            "timeout_",
+            "server",
+            "timeout_server_",
+            "timeout_http-request",
+            "timeout_x",
+        ] {
+            assert_eq!(Timeout::from_setting_key(key), None, "{key}");
+        }
+    }
 
     fn ip(octets: [u8; 4]) -> Address {
         Address::Ip(IpAddr::from(octets))

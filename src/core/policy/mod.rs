@@ -752,7 +752,10 @@ fn backend(ctx) {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            (out.timeouts.get("server").copied(), diags)
+            (
+                out.timeouts.get(&crate::model::Timeout::Server).copied(),
+                diags,
+            )
         };
         engine.begin_run();
         // Twice each, in mixed order: the second of each is a replay.
@@ -800,7 +803,10 @@ fn backend(ctx) {
             );
             let out = run_backend(&engine, &ctx, &mut Diagnostics::new());
             let whole = engine.remembered() - engine.memo_len();
-            (out.timeouts.get("server").copied(), whole)
+            (
+                out.timeouts.get(&crate::model::Timeout::Server).copied(),
+                whole,
+            )
         };
         let run = |timeout: Option<&str>, tier: &str| run_on("web", timeout, tier);
         engine.begin_run();

@@ -8,7 +8,7 @@ use rhai::{Dynamic, Map};
 
 use crate::model::{
     BackendSettings, CookiePersistence, GlobalSettings, HttpCheck, RateLimit, RouteSettings,
-    SourcePersistence,
+    SourcePersistence, Timeout,
 };
 use crate::policy::context::CHECK_METHODS;
 use crate::values;
@@ -32,20 +32,6 @@ pub struct RouteOutcome {
     /// `ssl-passthrough`: the route's host passes TLS through to the Service's pods (by SNI).
     pub ssl_passthrough: Option<bool>,
 }
-
-/// `timeout_<name>` keys the global hook may return, with HAProxy's names.
-const GLOBAL_TIMEOUTS: &[(&str, &str)] = &[
-    ("timeout_client", "client"),
-    ("timeout_client_fin", "client-fin"),
-    ("timeout_connect", "connect"),
-    ("timeout_http_keep_alive", "http-keep-alive"),
-    ("timeout_http_request", "http-request"),
-    ("timeout_queue", "queue"),
-    ("timeout_server", "server"),
-    ("timeout_server_fin", "server-fin"),
-    ("timeout_tunnel", "tunnel"),
-    ("timeout_check", "check"),
-];
 
 /// `http-connection-mode` values, as HAProxy's `option` names them.
 pub const HTTP_CONNECTION_MODES: &[&str] = &["http-keep-alive", "httpclose", "http-server-close"];
@@ -77,15 +63,6 @@ fn syslog_servers(v: &Dynamic) -> Result<Vec<crate::model::SyslogServer>, String
     }
     super::global_keys::parse_syslog_servers(&lines.join("\n"))
 }
-
-/// `timeout_<name>` keys a backend hook may return.
-const BACKEND_TIMEOUTS: &[(&str, &str)] = &[
-    ("timeout_check", "check"),
-    ("timeout_connect", "connect"),
-    ("timeout_queue", "queue"),
-    ("timeout_server", "server"),
-    ("timeout_tunnel", "tunnel"),
-];
 
 /// A problem with one returned key.
 pub type KeyError = (String, String);
@@ -120,9 +97,9 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
                 .and_then(|m| values::parse_enum(&m, HTTP_CONNECTION_MODES))
                 .map(|m| out.http_connection_mode = Some(m)),
             "proxy_protocol" => cidrs(value).map(|c| out.proxy_protocol = c),
-            _ => match GLOBAL_TIMEOUTS.iter().find(|(k, _)| *k == key) {
-                Some((_, name)) => duration_ms(value).map(|ms| {
-                    out.timeouts.insert(name.to_string(), ms);
+            _ => match Timeout::from_setting_key(key) {
+                Some(timeout) => duration_ms(value).map(|ms| {
+                    out.timeouts.insert(timeout, ms);
                 }),
                 None => Err(unknown_key(key, "global")),
             },
@@ -166,9 +143,9 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
             "server_crt" => secret(value).map(|s| out.server_crt = Some(s)),
             // Only ever switched on: one script's bad value is not undone by another's.
             "server_tls_unusable" => boolean(value).map(|b| out.server_tls_unusable |= b),
-            _ => match BACKEND_TIMEOUTS.iter().find(|(k, _)| *k == key) {
-                Some((_, name)) => duration_ms(value).map(|ms| {
-                    out.timeouts.insert(name.to_string(), ms);
+            _ => match Timeout::from_setting_key(key).filter(|t| t.in_backend()) {
+                Some(timeout) => duration_ms(value).map(|ms| {
+                    out.timeouts.insert(timeout, ms);
                 }),
                 None => Err(unknown_key(key, "backend")),
             },
