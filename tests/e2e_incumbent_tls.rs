@@ -496,3 +496,149 @@ fn tls_auth_client_tls_auth() {
         "wrong_client_cert: refused"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// https-runtime
+
+/// https-runtime `Test_HTTS_OffloadRuntime`: certificates added to Ingresses, and a
+/// certificate's new content, reach HAProxy without a reload, and survive the next reload.
+///
+/// The suite's first Ingress lists only `default.haproxy`, a host it does not route, which
+/// Portcullis ignores; so the suite's second step brings the first TLS host, whose HTTP to
+/// HTTPS redirect rule reloads HAProxy once. The hosts added after it do not.
+///
+/// The controller's default certificate is the suite's `haproxy-default`. The suite then
+/// gives the Secret of `offload-test.haproxy` the content of `offload-test-4.haproxy`: the
+/// incumbent, which picks certificates by the names in them, then serves its default
+/// certificate for `offload-test.haproxy`; Portcullis serves the Secret the Ingress names
+/// for that host, now with the name `offload-test-4.haproxy`. The suite's reload comes from
+/// a Backend resource (`cr-backend`); here from a backend annotation.
+#[test]
+fn https_runtime_offload_runtime() {
+    let ns = "e2e-tests-https-runtime";
+    let mut h = Harness::new();
+    let dir = h.work();
+    let names = [
+        ("haproxy-default", "default.haproxy"),
+        ("haproxy-offload-test", "offload-test.haproxy"),
+        ("haproxy-offload-test-1", "offload-test-1.haproxy"),
+        ("haproxy-offload-test-2", "offload-test-2.haproxy"),
+        ("haproxy-offload-test-3", "offload-test-3.haproxy"),
+        ("haproxy-offload-test-4", "offload-test-4.haproxy"),
+    ];
+    let certs: Vec<Cert> = names.iter().map(|(s, host)| cert(&dir, host, s)).collect();
+    let secrets: Vec<String> = names
+        .iter()
+        .zip(&certs)
+        .map(|((s, _), c)| tls_secret(ns, s, &c.crt, &c.key))
+        .collect();
+    h.write("secrets.yaml", &secrets.join("---\n"));
+    h.write("ingressclass.yaml", &ingress_class());
+    let pod = Pod::start("http-echo-offload", Reply::Echo);
+    let app = |service_annotations: &[(&str, &str)], tls: &[(&str, &[&str])]| {
+        [
+            echo_service(ns, "http-echo-offload", service_annotations),
+            slices(ns, "http-echo-offload", &[pod.endpoint()]),
+            ingress(
+                ns,
+                "http-echo-offload",
+                Some(CLASS),
+                &[],
+                Some("offload-test.haproxy"),
+                &[root("http-echo-offload")],
+                tls,
+            ),
+        ]
+        .join("---\n")
+    };
+    h.write(
+        "app.yaml",
+        &app(&[], &[("haproxy-default", &["default.haproxy"])]),
+    );
+    let default_cert = format!("{ns}/haproxy-default");
+    let mut flags = CLASS_FLAGS.to_vec();
+    flags.extend(["--default-ssl-certificate", default_cert.as_str()]);
+    h.start(&flags);
+    let work = h.work();
+    let fp = |i: usize| fingerprint(&work, &certs[i].crt);
+    let served = |sni: &str| served_certificate(h.https_port, sni).map(|c| fingerprint(&work, &c));
+    let get = || {
+        support::https_get(
+            h.https_port,
+            "offload-test.haproxy",
+            "offload-test.haproxy",
+            "/",
+        )
+    };
+    wait_until(
+        APPLY_TIMEOUT,
+        "default.haproxy's certificate, and 200",
+        || served("offload-test.haproxy") == Some(fp(0)) && get().is_some_and(|a| a.status == 200),
+    );
+    let reloads = h.reloads();
+    // Six TLS entries: offload-test.haproxy gets its own certificate, without a reload.
+    let all: Vec<(&str, [&str; 1])> = names.iter().map(|(s, host)| (*s, [*host])).collect();
+    let entries: Vec<(&str, &[&str])> = all[1..]
+        .iter()
+        .chain(&all[..1])
+        .map(|(s, hosts)| (*s, &hosts[..]))
+        .collect();
+    h.write("app.yaml", &app(&[], &entries));
+    wait_until(APPLY_TIMEOUT, "offload-test.haproxy's certificate", || {
+        served("offload-test.haproxy") == Some(fp(1)) && get().is_some_and(|a| a.status == 200)
+    });
+    // The first host with TLS (the suite's first Ingress lists only a host it does not
+    // route, which Portcullis ignores) gives the HTTP frontend its redirect rule: one reload.
+    let (first_reloads, failed) = h.reloads();
+    assert_eq!((first_reloads, failed), (reloads.0 + 1, reloads.1));
+    assert!(config(&h).contains("http-request redirect scheme https code 302"));
+    let reloads = h.reloads();
+    // More routed hosts with their certificates, in an Ingress of their own: runtime
+    // updates only.
+    let mut more = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: http-echo-more\n  \
+         namespace: {ns}\nspec:\n  ingressClassName: {CLASS}\n  tls:\n"
+    );
+    for (secret, host) in &names[2..] {
+        more.push_str(&format!(
+            "    - {{secretName: {secret}, hosts: [{host}]}}\n"
+        ));
+    }
+    more.push_str("  rules:\n");
+    for (_, host) in &names[2..] {
+        more.push_str(&format!(
+            "    - host: {host}\n      http:\n        paths:\n          - path: /\n            \
+             pathType: Prefix\n            backend: {{service: {{name: http-echo-offload, port: {{name: http}}}}}}\n"
+        ));
+    }
+    h.write("more.yaml", &more);
+    wait_until(
+        APPLY_TIMEOUT,
+        "offload-test-1..4.haproxy get their certificates",
+        || (2..6).all(|i| served(names[i].1) == Some(fp(i))),
+    );
+    assert_eq!(
+        h.reloads(),
+        reloads,
+        "certificates added without a reload\n{}",
+        h.log()
+    );
+    // The Secret of offload-test.haproxy gets offload-test-4.haproxy's content.
+    let mut changed = secrets;
+    changed[1] = tls_secret(ns, "haproxy-offload-test", &certs[5].crt, &certs[5].key);
+    h.write("secrets.yaml", &changed.join("---\n"));
+    wait_until(APPLY_TIMEOUT, "the new content is served", || {
+        served("offload-test.haproxy") == Some(fp(5))
+    });
+    assert_eq!(h.reloads(), reloads, "new content without a reload");
+    // A reload keeps the new content.
+    h.write(
+        "app.yaml",
+        &app(&[("haproxy.org/timeout-server", "30s")], &entries),
+    );
+    wait_until(APPLY_TIMEOUT, "a reload", || h.reloads().0 > reloads.0);
+    h.wait_old_workers_gone();
+    assert_eq!(served("offload-test.haproxy"), Some(fp(5)));
+    assert_eq!(served("offload-test-4.haproxy"), Some(fp(5)));
+    assert_eq!(h.reloads().1, reloads.1, "no reload failed");
+}
