@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::support::{APPLY_TIMEOUT, Answer, Harness, write_atomically};
+use crate::support::{APPLY_TIMEOUT, Answer, Harness};
 
 /// The incumbent's ingress class and controller name, as its charts install them.
 pub const CLASS: &str = "haproxy";
@@ -588,10 +588,4 @@ impl Shared {
         *slot = Some(Arc::downgrade(&h));
         h
     }
-}
-
-/// Writes `content` as the manifest `name` of harness `h` (atomically, as
-/// [`Harness::write`]).
-pub fn apply(h: &Harness, name: &str, content: &str) {
-    write_atomically(&h.manifests().join(name), content);
 }
