@@ -19,6 +19,12 @@ const FRAGMENTS: &[&str] = &[
     "\\",
     "%[env(SECRET)]",
     "%[",
+    "%[src]",
+    "%[src,lower]",
+    ",map(/etc/passwd)]",
+    "%[req.hdr(Host)",
+    "%%",
+    "X-A ",
     "${HOME}",
     "$HOME",
     " lua-load /tmp/x.lua",
@@ -93,21 +99,40 @@ proptest! {
             values::parse_header_name(&v),
             values::parse_regex(&v),
             values::parse_replacement(&v),
-            values::parse_balance(&v),
             values::parse_enum(&v, &["roundrobin", "leastconn"]),
         ];
         for accepted in single_token.into_iter().flatten() {
             prop_assert!(inert(&accepted), "{:?} accepted as {:?}", v, accepted);
             // A single config word: no whitespace either, except balance's own separator.
-            prop_assert!(!accepted.contains(char::is_whitespace) || accepted.starts_with("url_param "),
-                "{:?} accepted with whitespace", accepted);
+            prop_assert!(!accepted.contains(char::is_whitespace), "{:?} accepted with whitespace", accepted);
+        }
+        // balance: config words separated by single spaces.
+        if let Ok(balance) = values::parse_balance(&v) {
+            for word in balance.split(' ') {
+                prop_assert!(!word.is_empty() && inert(word) && !word.contains(char::is_whitespace),
+                    "{:?} accepted as {:?}", v, balance);
+            }
         }
         if let Ok(header) = values::parse_header_value(&v) {
             prop_assert!(inert(&header) && !header.contains('\\') && !header.contains('%'), "{:?}", header);
         }
-        if let Ok(lines) = values::parse_header_lines(&v) {
-            for (name, value) in lines {
-                prop_assert!(inert(&name) && inert(&value), "{:?} -> {:?}: {:?}", v, name, value);
+        // Header values are log-format text: quotes, `#` and `\` may be in them (the output
+        // guard's `lf` quotes them), but no line break, no `$`, and no sample fetch outside
+        // the vetted list.
+        for direction in [None, Some(values::Direction::Request), Some(values::Direction::Response)] {
+            if let Ok(lines) = values::parse_header_lines(&v, direction) {
+                for (name, value) in lines {
+                    prop_assert!(inert(&name), "{:?} -> {:?}", v, name);
+                    prop_assert!(!value.contains(['\n', '\r', '$']) && !value.chars().any(char::is_control),
+                        "{:?} -> {:?}", v, value);
+                    prop_assert!(values::check_header_format(&value).is_ok(), "{:?} -> {:?}", v, value);
+                    // Every sample expression in it is from the vetted list.
+                    for expr in value.split("%[").skip(1).filter_map(|rest| rest.split(']').next()) {
+                        for bad in ["env", "map", "lua", "table", "sc0", "file"] {
+                            prop_assert!(!expr.contains(bad), "{:?} -> {:?}", v, value);
+                        }
+                    }
+                }
             }
         }
         if let Ok(cidrs) = values::parse_cidr_list(&v) {

@@ -877,6 +877,12 @@ pub const DEFAULT_SLOTS_BLOCK: u32 = 42;
 pub struct HttpCheck {
     pub method: String,
     pub uri: String,
+    /// `HTTP/1.0` or `HTTP/1.1` (`ver`); none: HAProxy's default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Headers of the check request (`hdr`), e.g. the `Host` an HTTP/1.1 check needs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<(String, String)>,
 }
 
 /// Route-scope settings that act inside the backend, keyed by a policy id.
@@ -894,8 +900,13 @@ pub struct RouteSettings {
     pub set_host: Option<String>,
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
-    /// `(regex, replacement)` for `http-request replace-path`.
+    /// `(regex, replacement)` for `http-request replace-path`: the first rule.
     pub path_rewrite: Option<(String, String)>,
+    /// The rules after the first, each applied to the path the one before it left. Not
+    /// serialized when empty, so that the policy ids of routes with one rule or none stay
+    /// what they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub more_path_rewrites: Vec<(String, String)>,
     pub allow_list: Vec<String>,
     pub deny_list: Vec<String>,
     /// A setting that guards access (`allow-list`, `deny-list`) has a bad value: every

@@ -9,8 +9,14 @@ use std::net::IpAddr;
 
 use crate::diagnostics::quoted;
 
+mod header;
 mod pcre;
 mod routing;
+pub use header::{
+    Direction, check_format as check_header_format, check_format_for as check_header_format_for,
+    converter_names as header_converter_names, fetch_names as header_fetch_names,
+    parse_header_format,
+};
 pub use pcre::RegexPlace;
 pub use routing::{
     parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
@@ -268,10 +274,15 @@ pub fn parse_header_value(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// Header lines as the incumbent writes them: one `Name value` per line. A line may not start
-/// with whitespace (that would be an obsolete folded continuation, which RFC 9112 forbids) and
-/// no control character other than the line feeds is allowed.
-pub fn parse_header_lines(v: &str) -> ParseResult<Vec<(String, String)>> {
+/// Header lines as the incumbent writes them: one `Name value` per line, the value as
+/// [`parse_header_format`] reads it (text, optionally double-quoted, with vetted sample
+/// fetches available in `direction`, or in either when `None`). A line may not start with
+/// whitespace (that would be an obsolete folded continuation, which RFC 9112 forbids) and no
+/// control character other than the line feeds is allowed.
+pub fn parse_header_lines(
+    v: &str,
+    direction: Option<Direction>,
+) -> ParseResult<Vec<(String, String)>> {
     if let Some(c) = v.chars().find(|c| c.is_control() && *c != '\n') {
         return Err(format!(
             "{v} contains the control character {c:?}",
@@ -297,7 +308,12 @@ pub fn parse_header_lines(v: &str) -> ParseResult<Vec<(String, String)>> {
             )
         })?;
         let name = parse_header_name(name).map_err(|e| format!("line {n}: {e}"))?;
-        let value = parse_header_value(value.trim()).map_err(|e| format!("line {n}: {e}"))?;
+        let value = match direction {
+            Some(d) => parse_header_format(value.trim(), d),
+            None => parse_header_format(value.trim(), Direction::Request)
+                .or_else(|_| parse_header_format(value.trim(), Direction::Response)),
+        }
+        .map_err(|e| format!("line {n}: {e}"))?;
         out.push((name, value));
     }
     if out.is_empty() {
@@ -462,36 +478,115 @@ pub fn parse_replacement(v: &str) -> ParseResult<String> {
     Ok(v.to_string())
 }
 
-/// Balance algorithms that take no argument.
-pub const BALANCE_ALGORITHMS: &[&str] = &[
-    "roundrobin",
-    "static-rr",
-    "leastconn",
-    "first",
-    "source",
-    "uri",
-    "random",
-    "rdp-cookie",
-];
+/// The most `path-rewrite` rules one value may hold.
+pub const MAX_REWRITES: usize = 16;
 
-/// A `balance` argument: one of [`BALANCE_ALGORITHMS`], `hdr(<header>)` or
-/// `url_param <name>`. Returned in canonical form.
+/// Balance algorithms that take no argument.
+pub const BALANCE_ALGORITHMS: &[&str] =
+    &["roundrobin", "static-rr", "leastconn", "first", "source"];
+
+/// A `balance` line as HAProxy 2.6 takes it, returned in canonical form (words separated by
+/// one space):
+///
+/// - `roundrobin`, `static-rr`, `leastconn`, `first`, `source`;
+/// - `uri` with any of `len <n>`, `depth <n>`, `whole`, `path-only`;
+/// - `url_param <name>`, optionally `check_post [<bytes>]`;
+/// - `hdr(<header>)`, optionally `use_domain_only`;
+/// - `random` or `random(<draws>)`;
+/// - `rdp-cookie` or `rdp-cookie(<name>)`.
 pub fn parse_balance(v: &str) -> ParseResult<String> {
-    let t = v.trim();
-    if BALANCE_ALGORITHMS.contains(&t) {
-        return Ok(t.to_string());
+    let words: Vec<&str> = v.split_ascii_whitespace().collect();
+    let Some((&first, options)) = words.split_first() else {
+        return Err("an empty balance algorithm".to_string());
+    };
+    let bad = || {
+        format!(
+            "{v} is not a balance algorithm with its options ({}, uri [len N] [depth N] [whole] [path-only], url_param NAME [check_post [N]], hdr(NAME) [use_domain_only], random[(N)], rdp-cookie[(NAME)])",
+            BALANCE_ALGORITHMS.join(", "),
+            v = quoted(v)
+        )
+    };
+    let number = |w: Option<&&str>, max: u64| -> ParseResult<String> {
+        let w = w.ok_or_else(bad)?;
+        match w.parse::<u64>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n.to_string()),
+            _ => Err(format!("{} must be a number from 1 to {max}", quoted(w))),
+        }
+    };
+    let mut out = Vec::new();
+    let (name, arg) = match first.split_once('(') {
+        Some((name, rest)) => (name, Some(rest.strip_suffix(')').ok_or_else(bad)?)),
+        None => (first, None),
+    };
+    match (name, arg) {
+        (n, None) if BALANCE_ALGORITHMS.contains(&n) => {
+            if !options.is_empty() {
+                return Err(format!("{} takes no options", n));
+            }
+            out.push(n.to_string());
+        }
+        ("uri", None) => {
+            out.push("uri".to_string());
+            let mut i = 0;
+            let mut seen = Vec::new();
+            while let Some(&w) = options.get(i) {
+                if seen.contains(&w) {
+                    return Err(format!("uri option {w} is given twice"));
+                }
+                seen.push(w);
+                match w {
+                    "whole" | "path-only" => out.push(w.to_string()),
+                    "len" | "depth" => {
+                        let n = number(options.get(i + 1), 65535)?;
+                        out.push(w.to_string());
+                        out.push(n);
+                        i += 1;
+                    }
+                    _ => {
+                        return Err(format!(
+                            "{} is not a uri option (len, depth, whole, path-only)",
+                            quoted(w)
+                        ));
+                    }
+                }
+                i += 1;
+            }
+        }
+        ("url_param", None) => {
+            let param = options.first().ok_or_else(bad)?;
+            out.push("url_param".to_string());
+            out.push(parse_header_name(param)?);
+            match &options[1..] {
+                [] => {}
+                ["check_post"] => out.push("check_post".to_string()),
+                ["check_post", n] => {
+                    out.push("check_post".to_string());
+                    out.push(number(Some(n), 1 << 20)?);
+                }
+                _ => {
+                    return Err(format!(
+                        "{}: url_param takes only check_post [N] after its name",
+                        quoted(v)
+                    ));
+                }
+            }
+        }
+        ("hdr", Some(header)) => {
+            out.push(format!("hdr({})", parse_header_name(header)?));
+            match options {
+                [] => {}
+                ["use_domain_only"] => out.push("use_domain_only".to_string()),
+                _ => return Err(format!("{}: hdr() takes only use_domain_only", quoted(v))),
+            }
+        }
+        ("random", draws) | ("rdp-cookie", draws) if options.is_empty() => match draws {
+            None => out.push(name.to_string()),
+            Some(a) if name == "random" => out.push(format!("random({})", number(Some(&a), 100)?)),
+            Some(a) => out.push(format!("rdp-cookie({})", parse_cookie_name(a)?)),
+        },
+        _ => return Err(bad()),
     }
-    if let Some(inner) = t.strip_prefix("hdr(").and_then(|r| r.strip_suffix(')')) {
-        return Ok(format!("hdr({})", parse_header_name(inner)?));
-    }
-    if let Some(param) = t.strip_prefix("url_param ") {
-        return Ok(format!("url_param {}", parse_header_name(param.trim())?));
-    }
-    Err(format!(
-        "{v} is not a balance algorithm (one of {}, hdr(<header>), url_param <name>)",
-        BALANCE_ALGORITHMS.join(", "),
-        v = quoted(v)
-    ))
+    Ok(out.join(" "))
 }
 
 /// A cookie name (`cookie-persistence`): letters, digits, `-`, `_` and `.`, at most 64
@@ -884,6 +979,50 @@ mod tests {
     }
 
     #[test]
+    fn balance_takes_haproxys_options_in_canonical_form() {
+        for (v, want) in [
+            ("leastconn", "leastconn"),
+            ("uri  whole", "uri whole"),
+            (
+                "uri len 10 depth 2 path-only",
+                "uri len 10 depth 2 path-only",
+            ),
+            ("url_param uid", "url_param uid"),
+            ("url_param uid check_post 64", "url_param uid check_post 64"),
+            ("hdr(X-User) use_domain_only", "hdr(X-User) use_domain_only"),
+            ("random(2)", "random(2)"),
+            ("random", "random"),
+            ("rdp-cookie(mstshash)", "rdp-cookie(mstshash)"),
+        ] {
+            assert_eq!(parse_balance(v).as_deref(), Ok(want), "{v}");
+        }
+        for v in [
+            "",
+            "leastconn whole",
+            "uri whole whole",
+            "uri len",
+            "uri len 0",
+            "uri len x",
+            "uri fast",
+            "url_param",
+            "url_param uid check_post x",
+            "url_param uid max_wait 10",
+            "hdr(X-User",
+            "hdr(a b)",
+            "hdr",
+            "random(0)",
+            "random(2) whole",
+            "random(x)",
+            "rdp-cookie(a;b)",
+            "source(1)",
+            "hash path",
+            "uri\nlua-load /x",
+        ] {
+            assert!(parse_balance(v).is_err(), "{v:?}");
+        }
+    }
+
+    #[test]
     fn durations_and_sizes() {
         assert_eq!(parse_duration("30m"), Ok(1_800_000));
         assert_eq!(parse_duration("250"), Ok(250));
@@ -927,12 +1066,24 @@ mod tests {
     #[test]
     fn header_lines_and_regexes() {
         assert_eq!(
-            parse_header_lines("X-A one two\nX-B b\n"),
+            parse_header_lines("X-A one two\nX-B b\n", None),
             Ok(vec![
                 ("X-A".into(), "one two".into()),
                 ("X-B".into(), "b".into())
             ])
         );
+        assert_eq!(
+            parse_header_lines(
+                "Cache-Control \"no-store,no-cache,private\"\nX-Client %[src]",
+                Some(Direction::Request)
+            ),
+            Ok(vec![
+                ("Cache-Control".into(), "no-store,no-cache,private".into()),
+                ("X-Client".into(), "%[src]".into())
+            ])
+        );
+        assert!(parse_header_lines("X-Status %[status]", Some(Direction::Request)).is_err());
+        assert!(parse_header_lines("X-Status %[status]", None).is_ok());
         assert!(parse_regex("^/api/(.*)$").is_ok());
         assert!(parse_regex("^/api/(.*").is_err());
         assert!(parse_regex("a$b").is_err());

@@ -24,9 +24,24 @@ use crate::snippets::{self, Origin, SnippetPolicy};
 use crate::values::{self, ParseResult};
 
 /// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
-/// prefixes are accepted so its manifests work unchanged.
-pub const ANNOTATION_PREFIXES: &[&str] =
-    &["portcullis.io/", "haproxy.org/", "ingress.kubernetes.io/"];
+/// prefixes are accepted so its manifests work unchanged; it strips `haproxy.org/`,
+/// `ingress.kubernetes.io/` and `haproxy.com/` alike (in that order) and also reads the bare
+/// name, so an annotation without a prefix (and without a `/`) is read too, after them.
+pub const ANNOTATION_PREFIXES: &[&str] = &[
+    "portcullis.io/",
+    "haproxy.org/",
+    "ingress.kubernetes.io/",
+    "haproxy.com/",
+];
+
+/// The accepted prefix of an annotation key (its index in [`ANNOTATION_PREFIXES`]) and the
+/// name after it; `None` for a key without one.
+pub fn annotation_name(key: &str) -> Option<(usize, &str)> {
+    ANNOTATION_PREFIXES
+        .iter()
+        .position(|p| key.starts_with(p))
+        .map(|i| (i, &key[ANNOTATION_PREFIXES[i].len()..]))
+}
 
 /// Where settings are read from, in precedence order.
 #[derive(Debug, Clone)]
@@ -35,79 +50,92 @@ pub struct ValueSource {
     pub values: Arc<BTreeMap<String, String>>,
     /// Annotations carry a prefix; ConfigMap keys do not.
     pub prefixed: bool,
-    /// The annotations under an accepted prefix, by name without it: made once per source
-    /// (its clones share it), as every read of every script looks names up here.
+    /// The values by name (a key's name is what follows its accepted prefix, or the whole
+    /// key without one), in lookup order within a name: made once per source (its clones
+    /// share it), as every read of every script looks names up here.
     settings: Arc<[Setting]>,
 }
 
-/// An annotation under an accepted prefix.
+/// A value under a name.
 #[derive(Debug)]
 struct Setting {
-    /// The annotation's key; the name is what follows the prefix.
     key: Box<str>,
+    /// Where the name starts in the key (after the prefix).
+    name_start: usize,
     value: Box<str>,
-    /// Which of [`ANNOTATION_PREFIXES`] (most specific first).
-    prefix: usize,
+    /// The order among the keys of one name: on an object, the prefixes most specific first
+    /// and the bare name last; in a ConfigMap, the plain key first.
+    rank: usize,
 }
 
 impl Setting {
     fn name(&self) -> &str {
-        &self.key[ANNOTATION_PREFIXES[self.prefix].len()..]
+        &self.key[self.name_start..]
     }
 }
 
 impl ValueSource {
+    /// An object's annotations: those under an accepted prefix, and those without any prefix
+    /// (the bare names the incumbent reads as well).
     pub fn annotations(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
-        let mut settings: Vec<Setting> = values
-            .iter()
-            .filter_map(|(key, value)| {
-                let prefix = ANNOTATION_PREFIXES
-                    .iter()
-                    .position(|p| key.starts_with(p))?;
-                Some(Setting {
-                    key: key.as_str().into(),
-                    value: value.as_str().into(),
-                    prefix,
-                })
-            })
-            .collect();
-        settings.sort_unstable_by(|a, b| (a.name(), a.prefix).cmp(&(b.name(), b.prefix)));
+        let bare = ANNOTATION_PREFIXES.len();
+        let settings = Self::index(&values, |key| match annotation_name(key) {
+            Some((i, name)) => Some((i, key.len() - name.len())),
+            None if !key.contains('/') => Some((bare, 0)),
+            None => None,
+        });
         Self {
             object,
             values,
             prefixed: true,
-            settings: settings.into(),
+            settings,
         }
     }
 
+    /// The controller ConfigMap's keys: plain names, and (as the incumbent strips them here
+    /// too) names under an accepted prefix, after the plain one.
     pub fn config_map(object: ObjectRef, values: Arc<BTreeMap<String, String>>) -> Self {
+        let settings = Self::index(&values, |key| match annotation_name(key) {
+            Some((i, name)) => Some((i + 1, key.len() - name.len())),
+            None => Some((0, 0)),
+        });
         Self {
             object,
             values,
             prefixed: false,
-            settings: Arc::new([]),
+            settings,
         }
     }
 
-    /// Every value this source holds under `names` (a name and its aliases, in order; each
-    /// with every accepted prefix, most specific first), with how to name it in messages.
-    /// Annotations are found by a search by name among the prefixed ones, sorted once.
-    fn lookup<'s>(&'s self, names: &[String]) -> Vec<(&'s str, String)> {
-        if !self.prefixed {
-            if self.values.is_empty() {
-                return Vec::new();
-            }
-            return names
-                .iter()
-                .filter_map(|name| {
-                    let v = self.values.get(name)?;
-                    Some((v.as_str(), format!("key {name}")))
+    /// The keys `place` gives a (rank, name start) for, sorted by name and rank.
+    fn index(
+        values: &BTreeMap<String, String>,
+        place: impl Fn(&str) -> Option<(usize, usize)>,
+    ) -> Arc<[Setting]> {
+        let mut settings: Vec<Setting> = values
+            .iter()
+            .filter_map(|(key, value)| {
+                let (rank, name_start) = place(key)?;
+                Some(Setting {
+                    key: key.as_str().into(),
+                    name_start,
+                    value: value.as_str().into(),
+                    rank,
                 })
-                .collect();
-        }
+            })
+            .collect();
+        settings.sort_unstable_by(|a, b| (a.name(), a.rank).cmp(&(b.name(), b.rank)));
+        settings.into()
+    }
+
+    /// Every value this source holds under `names` (a name and its aliases, in order; each
+    /// under every accepted spelling, in rank order), with how to name it in messages.
+    /// Values are found by a search by name among the keys, sorted once.
+    fn lookup<'s>(&'s self, names: &[String]) -> Vec<(&'s str, String)> {
         if self.settings.is_empty() {
             return Vec::new();
         }
+        let what = if self.prefixed { "annotation" } else { "key" };
         let mut hits = Vec::new();
         for name in names {
             let from = self.settings.partition_point(|s| s.name() < name.as_str());
@@ -115,7 +143,7 @@ impl ValueSource {
                 .iter()
                 .take_while(|s| s.name() == name.as_str())
             {
-                hits.push((&*s.value, format!("annotation {}", s.key)));
+                hits.push((&*s.value, format!("{what} {}", s.key)));
             }
         }
         hits
@@ -683,7 +711,30 @@ impl Ctx {
     }
 
     fn get_headers(&mut self, name: Dynamic) -> Dynamic {
-        self.typed(&names(name), values::parse_header_lines)
+        self.headers_for(name, None)
+    }
+
+    /// `ctx.headers(name, "request" | "response")`: the sample fetches must be available in
+    /// that message.
+    fn get_headers_of(
+        &mut self,
+        name: Dynamic,
+        message: &str,
+    ) -> Result<Dynamic, Box<rhai::EvalAltResult>> {
+        let direction = match message {
+            "request" => values::Direction::Request,
+            "response" => values::Direction::Response,
+            other => {
+                return Err(
+                    format!("ctx.headers: {other:?} is not \"request\" or \"response\"").into(),
+                );
+            }
+        };
+        Ok(self.headers_for(name, Some(direction)))
+    }
+
+    fn headers_for(&mut self, name: Dynamic, direction: Option<values::Direction>) -> Dynamic {
+        self.typed(&names(name), |v| values::parse_header_lines(v, direction))
             .map_or(Dynamic::UNIT, |pairs| {
                 let arr: Array = pairs
                     .into_iter()
@@ -716,13 +767,38 @@ impl Ctx {
             })
     }
 
-    /// `[METHOD] URI` → `#{method, uri}`.
+    /// One rule per line → `[[regex, replacement], ...]`.
+    fn get_rewrites(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_rewrites)
+            .map_or(Dynamic::UNIT, |rules| {
+                Dynamic::from_array(
+                    rules
+                        .into_iter()
+                        .map(|(r, s)| Dynamic::from_array(vec![r.into(), s.into()]))
+                        .collect(),
+                )
+            })
+    }
+
+    /// `[METHOD] URI [VERSION]` → `#{method, uri}`, with `version` (a string) and `headers`
+    /// (an array of `[name, value]`) when the value has them.
     fn get_http_check(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), parse_http_check)
-            .map_or(Dynamic::UNIT, |(m, u)| {
+            .map_or(Dynamic::UNIT, |c| {
                 let mut map = Map::new();
-                map.insert("method".into(), m.into());
-                map.insert("uri".into(), u.into());
+                map.insert("method".into(), c.method.into());
+                map.insert("uri".into(), c.uri.into());
+                if let Some(version) = c.version {
+                    map.insert("version".into(), version.into());
+                }
+                if !c.headers.is_empty() {
+                    let headers: Array = c
+                        .headers
+                        .into_iter()
+                        .map(|(n, v)| Dynamic::from_array(vec![n.into(), v.into()]))
+                        .collect();
+                    map.insert("headers".into(), Dynamic::from_array(headers));
+                }
                 Dynamic::from_map(map)
             })
     }
@@ -932,23 +1008,112 @@ pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
     }
 }
 
+/// `path-rewrite` as the incumbent reads it: one rule per line (see [`parse_rewrite`]), applied
+/// in order; blank lines are skipped.
+pub fn parse_rewrites(v: &str) -> ParseResult<Vec<(String, String)>> {
+    let mut rules = Vec::new();
+    for (i, line) in v.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line).trim();
+        if line.is_empty() {
+            continue;
+        }
+        rules.push(parse_rewrite(line).map_err(|e| format!("line {}: {e}", i + 1))?);
+    }
+    if rules.is_empty() {
+        return Err("no rewrite rule".to_string());
+    }
+    if rules.len() > values::MAX_REWRITES {
+        return Err(format!(
+            "{} rewrite rules, more than {}",
+            rules.len(),
+            values::MAX_REWRITES
+        ));
+    }
+    Ok(rules)
+}
+
 /// HTTP methods a health check may use.
 pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
 
-/// `check-http`: `URI` or `METHOD URI`.
-pub fn parse_http_check(v: &str) -> ParseResult<(String, String)> {
+/// HTTP versions a health check may name.
+pub const CHECK_VERSIONS: &[&str] = &["HTTP/1.0", "HTTP/1.1"];
+
+/// `check-http` as the incumbent reads it: `URI`, `METHOD URI` or `METHOD URI VERSION`, where
+/// VERSION may carry headers in HAProxy's old `option httpchk` form,
+/// `HTTP/1.1\r\nHost:\ example.com` (the `\r\n` and `\ ` written as such).
+pub fn parse_http_check(v: &str) -> ParseResult<crate::model::HttpCheck> {
     if v.chars().any(char::is_control) {
         return Err(format!("{v} contains control characters", v = quoted(v)));
     }
-    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
-    match words.as_slice() {
-        [uri] => Ok(("GET".to_string(), values::parse_path(uri)?)),
-        [method, uri] => Ok((
+    // The old form escapes the spaces of its headers: they are not word separators.
+    let words: Vec<String> = {
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut chars = v.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    chars.next();
+                    word.push_str("\\ ");
+                }
+                ' ' | '\t' => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        words
+    };
+    let (method, uri, version) = match words.as_slice() {
+        [uri] => ("GET".to_string(), uri, None),
+        [method, uri] => (values::parse_enum(method, CHECK_METHODS)?, uri, None),
+        [method, uri, version] => (
             values::parse_enum(method, CHECK_METHODS)?,
-            values::parse_path(uri)?,
-        )),
-        _ => Err(format!("{v} is not 'URI' or 'METHOD URI'", v = quoted(v))),
+            uri,
+            Some(version.as_str()),
+        ),
+        _ => {
+            return Err(format!(
+                "{v} is not 'URI', 'METHOD URI' or 'METHOD URI VERSION'",
+                v = quoted(v)
+            ));
+        }
+    };
+    let uri = values::parse_path(uri)?;
+    let mut headers = Vec::new();
+    let version = match version {
+        None => None,
+        Some(text) => {
+            let mut parts = text.split("\\r\\n");
+            let version = parts.next().unwrap_or_default();
+            let version = values::parse_enum(version, CHECK_VERSIONS)?;
+            for header in parts.filter(|h| !h.is_empty()) {
+                let (name, value) = header
+                    .split_once(':')
+                    .ok_or_else(|| format!("{} is not a 'Name:\\ value' header", quoted(header)))?;
+                let value = value.replace("\\ ", " ");
+                headers.push((
+                    values::parse_header_name(name)?,
+                    values::parse_header_value(value.trim())?,
+                ));
+            }
+            Some(version)
+        }
+    };
+    if headers.len() > 8 {
+        return Err("a health check may send at most 8 headers".to_string());
     }
+    Ok(crate::model::HttpCheck {
+        method,
+        uri,
+        version,
+        headers,
+    })
 }
 
 /// Makes `ctx` and its accessors available to scripts.
@@ -973,10 +1138,12 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("header_name", Ctx::get_header_name)
         .register_fn("header_value", Ctx::get_header_value)
         .register_fn("headers", Ctx::get_headers)
+        .register_fn("headers", Ctx::get_headers_of)
         .register_fn("host", Ctx::get_host)
         .register_fn("cookie_name", Ctx::get_cookie_name)
         .register_fn("path", Ctx::get_path)
         .register_fn("rewrite", Ctx::get_rewrite)
+        .register_fn("rewrites", Ctx::get_rewrites)
         .register_fn("http_check", Ctx::get_http_check)
         .register_fn("secret_ref", Ctx::get_secret_ref)
         .register_fn("alpn", Ctx::get_alpn)
@@ -1001,8 +1168,8 @@ mod tests {
     use super::*;
     use crate::objects::{Key, Kind};
 
-    /// Names in order, then prefixes most specific first, whether the keys are walked (few)
-    /// or searched by prefix (many); keys that only look alike are not found.
+    /// Names in order, then prefixes most specific first and the bare name last, whether the
+    /// keys are few or many; keys that only look alike are not found.
     #[test]
     fn lookups_keep_name_then_prefix_order_with_few_or_many_keys() {
         // Only keys under an accepted prefix are found, by the name after it exactly.
@@ -1013,7 +1180,9 @@ mod tests {
             ("haproxy.org/server-timeout", "4s"),
             ("nginx.ingress.kubernetes.io/timeout-server", "no"),
             ("portcullis.io/timeout-server-x", "no"),
-            ("timeout-server", "no"),
+            ("timeout-server", "5s"),
+            ("haproxy.com/timeout-server", "6s"),
+            ("example.com/timeout-server", "no"),
         ];
         let names = ["timeout-server".to_string(), "server-timeout".to_string()];
         for filler in [0, 100] {
@@ -1034,6 +1203,8 @@ mod tests {
                 [
                     ("1s", "annotation portcullis.io/timeout-server".to_string()),
                     ("2s", "annotation haproxy.org/timeout-server".to_string()),
+                    ("6s", "annotation haproxy.com/timeout-server".to_string()),
+                    ("5s", "annotation timeout-server".to_string()),
                     ("4s", "annotation haproxy.org/server-timeout".to_string()),
                     (
                         "3s",

@@ -10,6 +10,7 @@ mod bundled;
 pub mod context;
 pub mod global_keys;
 pub mod memo;
+pub mod reads;
 pub mod settings;
 
 use std::sync::{Arc, Mutex};
@@ -106,12 +107,14 @@ impl Risk {
 }
 
 /// What a script declares in its header comment: `// Scope: backend, route` and
-/// `// Risk: low`. Both are required, so that an operator reviewing a site layer sees at a
-/// glance what each script can touch.
+/// `// Risk: low`, both required so that an operator reviewing a site layer sees at a glance
+/// what each script can touch, and a `// Read: …` line per setting it reads
+/// ([`reads::Read`]), continued on the indented comment lines that follow it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Declaration {
     pub scope: Vec<Hook>,
     pub risk: Risk,
+    pub reads: Vec<reads::Read>,
 }
 
 impl Declaration {
@@ -122,22 +125,40 @@ impl Declaration {
             return Ok(Self {
                 scope: Vec::new(),
                 risk: Risk::Low,
+                reads: Vec::new(),
             });
         }
         let mut scope = None;
         let mut risk = None;
+        // The `Read:` lines, each with its continuation lines.
+        let mut read_texts: Vec<String> = Vec::new();
+        let mut in_read = false;
         for line in text.lines().map(str::trim) {
             if line.is_empty() {
+                in_read = false;
                 continue;
             }
-            let Some(comment) = line.strip_prefix("//") else {
+            let Some(raw) = line.strip_prefix("//") else {
                 break;
             };
-            let comment = comment.trim();
+            // An indented comment line continues the directive above it.
+            if in_read && raw.starts_with("  ") && !raw.trim().is_empty() {
+                if let Some(text) = read_texts.last_mut() {
+                    text.push(' ');
+                    text.push_str(raw.trim());
+                }
+                continue;
+            }
+            in_read = false;
+            let comment = raw.trim();
             let Some((key, value)) = comment.split_once(':') else {
                 continue;
             };
             match key.trim().to_ascii_lowercase().as_str() {
+                "read" => {
+                    read_texts.push(value.trim().to_string());
+                    in_read = true;
+                }
                 "scope" => {
                     let mut hooks = Vec::new();
                     for word in value.split(',').map(str::trim) {
@@ -164,8 +185,12 @@ impl Declaration {
                 _ => {}
             }
         }
+        let reads = read_texts
+            .iter()
+            .map(|t| reads::Read::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
         match (scope, risk) {
-            (Some(scope), Some(risk)) => Ok(Self { scope, risk }),
+            (Some(scope), Some(risk)) => Ok(Self { scope, risk, reads }),
             _ => Err(
                 "the header must declare `// Scope: <global|backend|route>[, ...]` and `// Risk: <low|medium|high|critical>`"
                     .to_string(),
@@ -261,6 +286,8 @@ pub struct PolicyEngine {
     /// By hook (`hook as usize`, the order of [`Hook::ALL`]), the fingerprint of the scripts
     /// that implement it (names and texts, in evaluation order): part of every whole run's key.
     hook_scripts: [u128; 3],
+    /// The names the scripts declare they read.
+    vocabulary: reads::Vocabulary,
 }
 
 impl PolicyEngine {
@@ -339,7 +366,10 @@ impl PolicyEngine {
                 }
                 f.finish()
             });
+            let vocabulary =
+                reads::Vocabulary::new(scripts.iter().flat_map(|s| &s.declaration.reads));
             Ok(Self {
+                vocabulary,
                 engines: Engines {
                     idle: Mutex::new(vec![compiler]),
                 },
@@ -352,6 +382,11 @@ impl PolicyEngine {
         } else {
             Err(errors)
         }
+    }
+
+    /// The annotation names and ConfigMap keys the effective scripts declare they read.
+    pub fn vocabulary(&self) -> &reads::Vocabulary {
+        &self.vocabulary
     }
 
     /// The effective script files, in evaluation order.
@@ -897,6 +932,74 @@ fn backend(ctx) {
             vec![ValueSource::annotations(obj, Arc::new(values))],
             BTreeMap::new(),
         )
+    }
+
+    /// The names a script passes as string literals to `ctx`'s accessors (the names it
+    /// builds at run time are not seen).
+    fn literal_reads(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let accessors = reads::TYPES.iter().copied().chain(["has", "ignore_on"]);
+        for accessor in accessors {
+            let call = format!(".{accessor}(");
+            for (at, _) in text.match_indices(&call) {
+                let mut args = &text[at + call.len()..];
+                if accessor == "ignore_on" {
+                    args = args.split_once(',').map_or("", |(_, rest)| rest);
+                }
+                let args = args.trim_start();
+                let list = match args.strip_prefix('[') {
+                    Some(rest) => rest.split(']').next().unwrap_or_default(),
+                    None => args.split([',', ')']).next().unwrap_or_default(),
+                };
+                for item in list.split(',').map(str::trim) {
+                    if let Some(name) = item.strip_prefix('"').and_then(|i| i.strip_suffix('"')) {
+                        out.push(name.to_string());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Every name a bundled script reads is one it declares, so no annotation it reads is
+    /// reported as unknown.
+    #[test]
+    fn bundled_scripts_declare_what_they_read() {
+        let engine = PolicyEngine::load(None).unwrap();
+        let mut checked = 0;
+        for (file, declaration) in engine.declarations() {
+            let declared: Vec<&str> = declaration.reads.iter().flat_map(|r| r.names()).collect();
+            for name in literal_reads(&file.text) {
+                assert!(
+                    declared.contains(&name.as_str()),
+                    "{} reads {name} without declaring it",
+                    file.name
+                );
+                checked += 1;
+            }
+            assert!(
+                !declaration.reads.is_empty(),
+                "{} declares no reads",
+                file.name
+            );
+        }
+        assert!(checked > 50, "{checked}");
+        // The names timeouts.rhai builds.
+        for name in [
+            "client",
+            "client-fin",
+            "connect",
+            "http-keep-alive",
+            "http-request",
+        ]
+        .iter()
+        .chain(&["queue", "server", "server-fin", "tunnel", "check"])
+        {
+            assert!(
+                engine.vocabulary().knows(&format!("timeout-{name}")),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::model::{
     BackendSettings, CookiePersistence, GlobalSettings, HttpCheck, RateLimit, RouteSettings,
     SourcePersistence, Timeout,
 };
-use crate::policy::context::CHECK_METHODS;
+use crate::policy::context::{CHECK_METHODS, CHECK_VERSIONS};
 use crate::values;
 
 /// Redirect codes `ssl-redirect-code` may use.
@@ -166,13 +166,16 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
             "set_host" => string(value)
                 .and_then(|h| values::parse_host_header(&h))
                 .map(|h| s.set_host = Some(h)),
-            "request_headers" => headers(value).map(|h| s.request_headers = h),
-            "response_headers" => headers(value).map(|h| s.response_headers = h),
-            "path_rewrite" => pair(value)
-                .and_then(|(re, repl)| {
-                    Ok((values::parse_regex(&re)?, values::parse_replacement(&repl)?))
-                })
-                .map(|p| s.path_rewrite = Some(p)),
+            "request_headers" => {
+                headers(value, values::Direction::Request).map(|h| s.request_headers = h)
+            }
+            "response_headers" => {
+                headers(value, values::Direction::Response).map(|h| s.response_headers = h)
+            }
+            "path_rewrite" => rewrites(value).map(|mut rules| {
+                s.path_rewrite = (!rules.is_empty()).then(|| rules.remove(0));
+                s.more_path_rewrites = rules;
+            }),
             "allow_list" => cidrs(value).map(|c| s.allow_list = c),
             "deny_list" => cidrs(value).map(|c| s.deny_list = c),
             "deny_all" => deny_all(value).map(|d| s.deny_all = Some(d)),
@@ -268,16 +271,35 @@ fn pair(v: &Dynamic) -> Result<(String, String), String> {
     }
 }
 
-fn headers(v: &Dynamic) -> Result<Vec<(String, String)>, String> {
+/// `[name, value]` pairs, each value a header value in format form (see
+/// [`values::check_header_format`]) whose samples are available in `direction`.
+fn headers(v: &Dynamic, direction: values::Direction) -> Result<Vec<(String, String)>, String> {
     array(v)?
         .iter()
         .map(|item| {
             let (n, val) = pair(item)?;
-            Ok((
-                values::parse_header_name(&n)?,
-                values::parse_header_value(&val)?,
-            ))
+            values::check_header_format_for(&val, Some(direction))
+                .map_err(|e| format!("{}: {e}", crate::diagnostics::quoted(&val)))?;
+            Ok((values::parse_header_name(&n)?, val))
         })
+        .collect()
+}
+
+/// `[regex, replacement]`, or an array of them (applied in order; at most
+/// [`values::MAX_REWRITES`]).
+fn rewrites(v: &Dynamic) -> Result<Vec<(String, String)>, String> {
+    let items = array(v)?;
+    let rules = if items.first().is_some_and(|i| i.is_string()) {
+        vec![pair(v)?]
+    } else {
+        items.iter().map(pair).collect::<Result<Vec<_>, _>>()?
+    };
+    if rules.is_empty() || rules.len() > values::MAX_REWRITES {
+        return Err(format!("expected 1 to {} rules", values::MAX_REWRITES));
+    }
+    rules
+        .into_iter()
+        .map(|(re, repl)| Ok((values::parse_regex(&re)?, values::parse_replacement(&repl)?)))
         .collect()
 }
 
@@ -554,9 +576,28 @@ fn http_check(v: &Dynamic) -> Result<HttpCheck, String> {
             .ok_or_else(|| format!("missing {k:?}"))
             .and_then(string)
     };
+    let version = match map.get("version") {
+        None => None,
+        Some(v) => Some(values::parse_enum(&string(v)?, CHECK_VERSIONS)?),
+    };
+    let headers = match map.get("headers") {
+        None => Vec::new(),
+        Some(v) => array(v)?
+            .iter()
+            .map(|item| {
+                let (n, val) = pair(item)?;
+                Ok((
+                    values::parse_header_name(&n)?,
+                    values::parse_header_value(&val)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, String>>()?,
+    };
     Ok(HttpCheck {
         method: values::parse_enum(&field("method")?, CHECK_METHODS)?,
         uri: values::parse_path(&field("uri")?)?,
+        version,
+        headers,
     })
 }
 

@@ -64,6 +64,30 @@ pub(crate) fn quote(value: &str) -> Result<Value, Error> {
     Ok(Value::from_safe_string(format!("'{value}'")))
 }
 
+/// `{{ value|lf }}`: a header value in format form (text with `%%` and vetted `%[…]` sample
+/// fetches, see [`crate::values::check_header_format`]), checked again here before it is
+/// quoted. HAProxy reads such an argument as a log format once its quotes are undone, so a
+/// `%` in it is never just text and `q` alone would not do. Single quotes when the value has
+/// none, else double quotes with `\` and `"` escaped (a `$`, which HAProxy would expand
+/// there, never passes the check).
+pub(crate) fn log_format_text(value: &str) -> Result<Value, Error> {
+    crate::values::check_header_format(value)
+        .map_err(|e| error(&format!("refusing header value {value:?}: {e}")))?;
+    if !value.contains('\'') {
+        return Ok(Value::from_safe_string(format!("'{value}'")));
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        if matches!(c, '\\' | '"') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Ok(Value::from_safe_string(out))
+}
+
 /// `{{ line|snippet("backend") }}`: a raw config line, printed only if it passes the snippet
 /// checks again here for the section named (`global`, `frontend`, `backend`), so that no
 /// template can print unchecked text this way. Without a section, the line must be allowed in
@@ -96,6 +120,7 @@ fn refuse_bypass(_value: Value) -> Result<Value, Error> {
 pub fn register(env: &mut minijinja::Environment<'static>) {
     env.set_formatter(guard);
     env.add_filter("q", quote);
+    env.add_filter("lf", log_format_text);
     env.add_filter("snippet", snippet);
     env.add_filter("safe", refuse_bypass);
     env.add_filter("escape", refuse_bypass);
@@ -163,6 +188,28 @@ mod tests {
             env.render_str("{{ a|safe }}", minijinja::context! { a => "a\nb" })
                 .is_err()
         );
+    }
+
+    /// `lf` prints only header values in format form: vetted samples, `%%`, no `$`, no line
+    /// break; single quotes when it can, double quotes with escapes when the value has one.
+    #[test]
+    fn lf_prints_only_checked_header_formats() {
+        let env = env();
+        let lf = |v: &str| env.render_str("{{ a|lf }}", minijinja::context! { a => v });
+        assert_eq!(lf("%[src] 100%%").unwrap(), "'%[src] 100%%'");
+        assert_eq!(lf(r#"it's "x" \ #1"#).unwrap(), r#""it's \"x\" \\ #1""#);
+        for bad in [
+            "%[env(X)]",
+            "%[src,map(/etc/passwd)]",
+            "50%",
+            "$HOME",
+            "a\nb",
+            "a\rb",
+            " a",
+            "",
+        ] {
+            assert!(lf(bad).is_err(), "{bad:?} was printed");
+        }
     }
 
     #[test]

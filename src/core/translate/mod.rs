@@ -396,6 +396,9 @@ impl<'a> Translator<'a> {
         match self.store.config_map(key) {
             Some(cm) => {
                 let data = cm.data.clone().unwrap_or_default();
+                self.policy
+                    .vocabulary()
+                    .check_config_map(&object, data.keys(), &mut self.diags);
                 self.ctx.config_map = Some(ValueSource::config_map(object, Arc::new(data)));
             }
             None => self.diags.push(crate::diagnostics::Diagnostic {
@@ -842,6 +845,10 @@ impl<'a> Translator<'a> {
     fn ingress_rules(&mut self, rank: usize, key: &Key, ingress: &Ingress) {
         let object = ObjectRef::new(Kind::Ingress, key);
         let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
+        // Made with the Ingress' part, so an unchanged Ingress costs nothing here.
+        self.policy
+            .vocabulary()
+            .check_annotations(&object, annotations.keys(), &mut self.diags);
         let Some(spec) = &ingress.spec else {
             return;
         };
@@ -1593,6 +1600,13 @@ impl<'a> Translator<'a> {
             .service(&build.service)
             .and_then(|s| s.metadata.annotations.clone())
             .unwrap_or_default();
+        // Made with the backend's part; a Service of several ports reports once (the
+        // diagnostics are de-duplicated).
+        self.policy.vocabulary().check_annotations(
+            &service_ref,
+            service_annotations.keys(),
+            &mut self.diags,
+        );
         let mut sources = vec![ValueSource::annotations(
             service_ref.clone(),
             Arc::new(service_annotations),

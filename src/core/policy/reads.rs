@@ -1,0 +1,394 @@
+//! What scripts declare they read (`// Read:` lines in their header), and the vocabulary the
+//! loaded scripts make of it: which annotation names and ConfigMap keys the deployment
+//! understands, on which objects. An annotation under an accepted prefix that no script
+//! declares is reported, with the closest declared name when one is close.
+//!
+//! A declaration is one header line, continued on the indented comment lines after it:
+//!
+//! ```text
+//! // Read:     allow-list (whitelist) cidrs from Ingress, ConfigMap, default none:
+//! //           clients allowed on the routes; everyone else gets 403.
+//! ```
+//!
+//! `NAME [(ALIAS, …)] TYPE from KIND, … [default DEFAULT]: DESCRIPTION`, where TYPE is the
+//! accessor that reads it (`cidrs`, `int(1..100)`, `choice(a|b)`, …) and each KIND an object
+//! kind (`Ingress`, `Service`, `ConfigMap`, …).
+
+use std::collections::BTreeMap;
+
+use crate::diagnostics::{Diagnostics, Severity};
+use crate::objects::{Kind, ObjectRef};
+
+use super::context::annotation_name;
+
+/// The value types a declaration may name: the accessors of `ctx`.
+pub const TYPES: &[&str] = &[
+    "bool",
+    "int",
+    "size",
+    "duration",
+    "choice",
+    "cidrs",
+    "balance",
+    "header_name",
+    "header_value",
+    "headers",
+    "host",
+    "cookie_name",
+    "path",
+    "rewrite",
+    "rewrites",
+    "http_check",
+    "secret_ref",
+    "alpn",
+    "cors_origin",
+    "http_methods",
+    "header_names",
+    "redirect",
+    "samples",
+    "acl",
+    "syslog_servers",
+    "log_format",
+    "snippet",
+];
+
+/// One setting a script declares it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    /// The name without a prefix, e.g. `allow-list`.
+    pub name: String,
+    /// Other names of the same setting, e.g. `whitelist`.
+    pub aliases: Vec<String>,
+    /// The accessor type, with its arguments as written: `int(1..100)`.
+    pub value_type: String,
+    /// The objects it may come from.
+    pub objects: Vec<Kind>,
+    /// As written (`none` when there is none); absent when the line does not say.
+    pub default: Option<String>,
+    pub description: String,
+}
+
+impl Read {
+    /// Every name of the setting, the main one first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str()).chain(self.aliases.iter().map(String::as_str))
+    }
+
+    /// Parses the text of a `Read:` line (after the key, continuation lines joined).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let err = |why: &str| {
+            format!(
+                "Read: {why} (expected `NAME [(ALIAS, ...)] TYPE from KIND, ... [default VALUE]: DESCRIPTION`) in {text:?}"
+            )
+        };
+        let from_at = text.find(" from ").ok_or_else(|| err("no `from KIND`"))?;
+        let colon = text[from_at..]
+            .find(": ")
+            .map(|i| from_at + i)
+            .or_else(|| text.ends_with(':').then(|| text.len() - 1))
+            .ok_or_else(|| err("no `: DESCRIPTION`"))?;
+        let description = text[colon + 1..].trim().to_string();
+        if description.is_empty() {
+            return Err(err("the description is empty"));
+        }
+        let head = text[..from_at].trim();
+        let (name, rest) = head
+            .split_once(char::is_whitespace)
+            .ok_or_else(|| err("no TYPE"))?;
+        let mut rest = rest.trim_start();
+        let mut aliases = Vec::new();
+        if let Some(inner) = rest.strip_prefix('(') {
+            let (list, after) = inner
+                .split_once(')')
+                .ok_or_else(|| err("an alias list without `)`"))?;
+            for alias in list.split(',').map(str::trim) {
+                aliases.push(check_name(alias).map_err(|e| err(&e))?);
+            }
+            rest = after.trim_start();
+        }
+        let value_type = rest.trim();
+        let base = value_type.split('(').next().unwrap_or_default();
+        if !TYPES.contains(&base) || value_type.contains(char::is_whitespace) {
+            return Err(err(&format!(
+                "the type {value_type:?} is not one of {}",
+                TYPES.join(", ")
+            )));
+        }
+        let tail = text[from_at + " from ".len()..colon].trim();
+        let (kinds, default) = match tail.split_once(" default ") {
+            Some((k, d)) => (k, Some(d.trim().trim_end_matches(',').to_string())),
+            None => match tail.strip_prefix("default ") {
+                Some(_) => return Err(err("no KIND before `default`")),
+                None => (tail, None),
+            },
+        };
+        let mut objects = Vec::new();
+        for word in kinds
+            .split([',', ' '])
+            .map(str::trim)
+            .filter(|w| !w.is_empty())
+        {
+            let kind = Kind::ALL
+                .into_iter()
+                .find(|k| k.as_str() == word)
+                .ok_or_else(|| err(&format!("{word:?} is not an object kind")))?;
+            if !objects.contains(&kind) {
+                objects.push(kind);
+            }
+        }
+        if objects.is_empty() {
+            return Err(err("no KIND after `from`"));
+        }
+        Ok(Self {
+            name: check_name(name).map_err(|e| err(&e))?,
+            aliases,
+            value_type: value_type.to_string(),
+            objects,
+            default,
+            description,
+        })
+    }
+}
+
+/// A setting name: lowercase letters, digits, `-` and `.`, starting with a letter or digit.
+fn check_name(name: &str) -> Result<String, String> {
+    let ok = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'));
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a setting name (lowercase letters, digits, '-', '.')"
+        ))
+    }
+}
+
+/// Every name the loaded scripts declare, with the objects each may come from and the
+/// scripts that declare it.
+#[derive(Debug, Default, Clone)]
+pub struct Vocabulary {
+    names: BTreeMap<String, Known>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Known {
+    objects: Vec<Kind>,
+}
+
+impl Vocabulary {
+    /// The vocabulary of these declarations.
+    pub fn new<'a>(reads: impl IntoIterator<Item = &'a Read>) -> Self {
+        let mut names: BTreeMap<String, Known> = BTreeMap::new();
+        for read in reads {
+            for name in read.names() {
+                let known = names.entry(name.to_string()).or_default();
+                for kind in &read.objects {
+                    if !known.objects.contains(kind) {
+                        known.objects.push(*kind);
+                    }
+                }
+            }
+        }
+        Self { names }
+    }
+
+    /// Whether some script declares `name` (for any object).
+    pub fn knows(&self, name: &str) -> bool {
+        self.names.contains_key(name)
+    }
+
+    /// Reports every annotation of `object` under an accepted prefix that no script reads on
+    /// an object of its kind: a warning naming the annotation, with the closest known name.
+    /// Annotations without a prefix are not reported: they may belong to anyone.
+    pub fn check_annotations<'a>(
+        &self,
+        object: &ObjectRef,
+        keys: impl IntoIterator<Item = &'a String>,
+        diags: &mut Diagnostics,
+    ) {
+        for key in keys {
+            let Some((_, name)) = annotation_name(key) else {
+                continue;
+            };
+            if let Some(message) = self.verdict(name, object.kind, "annotation") {
+                diags.object(
+                    Severity::Warning,
+                    object,
+                    format!("annotation {key}"),
+                    message,
+                );
+            }
+        }
+    }
+
+    /// Reports every key of the controller ConfigMap that no script reads from a ConfigMap.
+    /// A key with an accepted prefix is read as the name after it (see
+    /// [`super::context::ValueSource::config_map`]).
+    pub fn check_config_map<'a>(
+        &self,
+        object: &ObjectRef,
+        keys: impl IntoIterator<Item = &'a String>,
+        diags: &mut Diagnostics,
+    ) {
+        for key in keys {
+            let name = annotation_name(key).map_or(key.as_str(), |(_, n)| n);
+            if let Some(message) = self.verdict(name, Kind::ConfigMap, "key") {
+                diags.object(Severity::Warning, object, format!("key {key}"), message);
+            }
+        }
+    }
+
+    /// Why `name` on an object of `kind` is not read, or `None` when it is.
+    fn verdict(&self, name: &str, kind: Kind, noun: &str) -> Option<String> {
+        match self.names.get(name) {
+            Some(known) if known.objects.contains(&kind) => None,
+            Some(known) => {
+                let places: Vec<&str> = known.objects.iter().map(|k| k.as_str()).collect();
+                Some(format!(
+                    "ignored: no script reads it on {} {} (only on {})",
+                    article(kind),
+                    kind.as_str(),
+                    places.join(", ")
+                ))
+            }
+            None => Some(match self.closest(name) {
+                Some(near) => {
+                    format!("ignored: no script reads this {noun}; did you mean {near}?")
+                }
+                None => format!("ignored: no script reads this {noun}"),
+            }),
+        }
+    }
+
+    /// The known name closest to `name`, if it is close: at most a third of its length in
+    /// edits (and at most 3), ties broken by name order.
+    fn closest(&self, name: &str) -> Option<&str> {
+        let limit = (name.chars().count() / 3).clamp(1, 3);
+        let lower = name.to_ascii_lowercase();
+        self.names
+            .keys()
+            .map(|known| (edit_distance(&lower, known), known))
+            .filter(|(d, _)| *d <= limit)
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, k)| k.as_str())
+    }
+}
+
+/// Levenshtein distance, by characters; an adjacent swap counts as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Rows i-2, i-1 and i of the table.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            let mut d = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d = d.min(before[j - 2] + 1);
+            }
+            cur[j] = d;
+        }
+        std::mem::swap(&mut before, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+fn article(kind: Kind) -> &'static str {
+    if kind.as_str().starts_with(['A', 'E', 'I', 'O', 'U']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::Key;
+
+    #[test]
+    fn a_read_line_parses_into_its_parts() {
+        let r = Read::parse(
+            "allow-list (whitelist) cidrs from Ingress, ConfigMap default none: clients allowed; everyone else gets 403.",
+        )
+        .unwrap();
+        assert_eq!(r.name, "allow-list");
+        assert_eq!(r.aliases, ["whitelist"]);
+        assert_eq!(r.value_type, "cidrs");
+        assert_eq!(r.objects, [Kind::Ingress, Kind::ConfigMap]);
+        assert_eq!(r.default.as_deref(), Some("none"));
+        assert_eq!(r.description, "clients allowed; everyone else gets 403.");
+        let r = Read::parse("pod-maxconn int(1..1000000) from Service: the cap.").unwrap();
+        assert_eq!(r.value_type, "int(1..1000000)");
+        assert_eq!(r.default, None);
+        for bad in [
+            "allow-list cidrs Ingress: no from",
+            "allow-list cidrs from Ingress",
+            "allow-list cidrs from Ingress:",
+            "allow-list banana from Ingress: x",
+            "allow-list cidrs from Pods: x",
+            "Allow-List cidrs from Ingress: x",
+            "allow-list (white list) cidrs from Ingress: x",
+            "allow-list cidrs from default 1: x",
+        ] {
+            assert!(Read::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unread_annotations_are_reported_with_the_closest_name() {
+        let reads = [
+            Read::parse("timeout-server duration from Service, Ingress, ConfigMap: t.").unwrap(),
+            Read::parse("allow-list (whitelist) cidrs from Ingress, ConfigMap: a.").unwrap(),
+            Read::parse("global-config-snippet snippet from ConfigMap: g.").unwrap(),
+        ];
+        let vocabulary = Vocabulary::new(&reads);
+        let object = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+        let keys: Vec<String> = [
+            "haproxy.org/timeout-server",
+            "haproxy.com/whitelist",
+            "haproxy.org/timeout-sever",
+            "ingress.kubernetes.io/alow-list",
+            "portcullis.io/frobnicate",
+            "haproxy.org/global-config-snippet",
+            "timeout-sever",
+            "example.com/timeout-sever",
+            "kubectl.kubernetes.io/last-applied-configuration",
+        ]
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+        let mut diags = Diagnostics::new();
+        vocabulary.check_annotations(&object, &keys, &mut diags);
+        let lines: Vec<String> = diags.into_sorted().iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            lines,
+            [
+                "warning: Ingress ns/web: annotation haproxy.org/global-config-snippet: ignored: no script reads it on an Ingress (only on ConfigMap)",
+                "warning: Ingress ns/web: annotation haproxy.org/timeout-sever: ignored: no script reads this annotation; did you mean timeout-server?",
+                "warning: Ingress ns/web: annotation ingress.kubernetes.io/alow-list: ignored: no script reads this annotation; did you mean allow-list?",
+                "warning: Ingress ns/web: annotation portcullis.io/frobnicate: ignored: no script reads this annotation",
+            ]
+        );
+    }
+
+    #[test]
+    fn edit_distance_counts_swaps_as_one() {
+        assert_eq!(edit_distance("timeout-server", "timeout-server"), 0);
+        assert_eq!(edit_distance("timeout-sever", "timeout-server"), 1);
+        assert_eq!(edit_distance("tiemout-server", "timeout-server"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}
