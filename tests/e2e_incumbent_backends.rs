@@ -65,8 +65,8 @@ enum Cookie {
 
 fn cookie_step(suite: &Suite, h: &Harness, pod: &Pod, step: Cookie) {
     let annotations: &[(&str, &str)] = match step {
-        Cookie::Dynamic => &[("haproxy.org/cookie-persistence", "mycookie")],
-        Cookie::NoDynamic => &[("haproxy.org/cookie-persistence-no-dynamic", "mycookie")],
+        Cookie::Dynamic => &[("cookie-persistence", "mycookie")],
+        Cookie::NoDynamic => &[("cookie-persistence-no-dynamic", "mycookie")],
         Cookie::None => &[],
     };
     h.write(
@@ -207,11 +207,7 @@ fn canary_deployment_response_percentage() {
             &[
                 echo_service(&suite.ns, "http-echo-prod", &[]),
                 slices(&suite.ns, "http-echo-prod", &[prod.endpoint()]),
-                echo_service(
-                    &suite.ns,
-                    "http-echo-staging",
-                    &[("haproxy.org/route-acl", &acl)],
-                ),
+                echo_service(&suite.ns, "http-echo-staging", &[("route-acl", &acl)]),
                 slices(&suite.ns, "http-echo-staging", &[staging.endpoint()]),
                 ingress(
                     &suite.ns,
@@ -292,9 +288,9 @@ fn route_acl_use_backend_not_repeated() {
     let pod = Pod::start("myappservice", Reply::Echo);
     let host = format!("{}.test", suite.ns);
     let write = |extra: bool| {
-        let mut annotations = vec![("haproxy.org/route-acl", "cookie(staging) -m found")];
+        let mut annotations = vec![("route-acl", "cookie(staging) -m found")];
         if extra {
-            annotations.push(("haproxy.org/anyannotation", "anyvalue"));
+            annotations.push(("anyannotation", "anyvalue"));
         }
         h.write(
             &format!("{}-app.yaml", suite.ns),
@@ -384,7 +380,7 @@ fn route_acl_case(suite: &Suite, h: &Harness, pod: &Pod, rule_host: &str, host: 
         h.write(
             &format!("{}-app.yaml", suite.ns),
             &[
-                echo_service(&suite.ns, "api-service", &[("haproxy.org/route-acl", acl)]),
+                echo_service(&suite.ns, "api-service", &[("route-acl", acl)]),
                 slices(&suite.ns, "api-service", &[pod.endpoint()]),
                 ingress(
                     &suite.ns,
@@ -439,7 +435,7 @@ fn send_proxy_protocol() {
             echo_service(
                 &suite.ns,
                 "http-echo",
-                &[("haproxy.org/send-proxy-protocol", "proxy-v1")]
+                &[("send-proxy-protocol", "proxy-v1")]
             ),
             slices(&suite.ns, "http-echo", &[pod.endpoint()])
         ),
@@ -465,12 +461,9 @@ fn timeout_app(
     ingress_value: Option<&str>,
 ) -> Vec<String> {
     let pod = Pod::start("app", Reply::Echo);
-    let svc: Vec<(&str, &str)> = service
-        .map(|v| ("haproxy.org/timeout-server", v))
-        .into_iter()
-        .collect();
+    let svc: Vec<(&str, &str)> = service.map(|v| ("timeout-server", v)).into_iter().collect();
     let ing: Vec<(&str, &str)> = ingress_value
-        .map(|v| ("haproxy.org/timeout-server", v))
+        .map(|v| ("timeout-server", v))
         .into_iter()
         .collect();
     h.write(

@@ -196,9 +196,9 @@ fn endpoints_non_ready() {
         &h,
         &endpoints,
         &[
-            ("haproxy.org/check", "false"),
+            ("check", "false"),
             (
-                "haproxy.org/backend-config-snippet",
+                "backend-config-snippet",
                 "http-request return status 503 if !{ nbsrv() eq 1 }",
             ),
         ],

@@ -369,7 +369,7 @@ fn config_snippet_backend() {
                 &suite.ns,
                 "http-echo",
                 &[(
-                    "haproxy.org/backend-config-snippet",
+                    "backend-config-snippet",
                     "http-request set-header e2e-test %[str(test)]\n",
                 )],
             ),
@@ -423,7 +423,7 @@ fn haproxy_files_app(suite: &Suite, h: &Harness) {
                 "http-echo",
                 Some(CLASS),
                 &[(
-                    "haproxy.org/backend-config-snippet",
+                    "backend-config-snippet",
                     "http-after-response set-header result %[var(txn.path),ltrim(/),map(patterns/mapping)]",
                 )],
                 Some(&suite.host),

@@ -233,13 +233,7 @@ fn https_passthrough_reach_backend() {
     let h = harness();
     let suite = Suite::new("https-passthrough");
     let (_pod, _tls, pod_sni_fp) = passthrough_app(&suite, &h);
-    https_ingress(
-        &suite,
-        &h,
-        &[("haproxy.org/ssl-passthrough", "true")],
-        true,
-        "https",
-    );
+    https_ingress(&suite, &h, &[("ssl-passthrough", "true")], true, "https");
     let work = h.work();
     wait_until(
         APPLY_TIMEOUT,
@@ -266,13 +260,7 @@ fn https_passthrough_ingress_annotations() {
     let h = harness();
     let suite = Suite::new("https-passthrough-acl");
     let (_pod, _tls, pod_sni_fp) = passthrough_app(&suite, &h);
-    https_ingress(
-        &suite,
-        &h,
-        &[("haproxy.org/ssl-passthrough", "true")],
-        true,
-        "https",
-    );
+    https_ingress(&suite, &h, &[("ssl-passthrough", "true")], true, "https");
     let work = h.work();
     wait_until(APPLY_TIMEOUT, "passed through", || {
         served_certificate(h.https_port, &suite.host)
@@ -281,10 +269,7 @@ fn https_passthrough_ingress_annotations() {
     https_ingress(
         &suite,
         &h,
-        &[
-            ("haproxy.org/ssl-passthrough", "true"),
-            ("haproxy.org/whitelist", "6.6.6.6"),
-        ],
+        &[("ssl-passthrough", "true"), ("whitelist", "6.6.6.6")],
         true,
         "https",
     );
@@ -316,10 +301,7 @@ fn https_redirect() {
     // custom_code. The suite asks for it on an Ingress without TLS, which the incumbent
     // redirects; Portcullis redirects only the hosts of `spec.tls` (a host without a
     // certificate would fail its TLS handshake after the redirect), so it is asked with TLS.
-    let custom = [
-        ("haproxy.org/ssl-redirect", "true"),
-        ("haproxy.org/ssl-redirect-code", "301"),
-    ];
+    let custom = [("ssl-redirect", "true"), ("ssl-redirect-code", "301")];
     https_ingress(&suite, &h, &custom, false, "http");
     suite.eventually(&h, "custom_code without TLS: not redirected", plain, |a| {
         a.status == 200
@@ -327,13 +309,7 @@ fn https_redirect() {
     https_ingress(&suite, &h, &custom, true, "http");
     suite.eventually(&h, "custom_code: 301", plain, |a| a.status == 301);
     // disabled
-    https_ingress(
-        &suite,
-        &h,
-        &[("haproxy.org/ssl-redirect", "false")],
-        true,
-        "http",
-    );
+    https_ingress(&suite, &h, &[("ssl-redirect", "false")], true, "http");
     suite.eventually(&h, "disabled: 200", plain, |a| a.status == 200);
 }
 
@@ -632,10 +608,7 @@ fn https_runtime_offload_runtime() {
     });
     assert_eq!(h.reloads(), reloads, "new content without a reload");
     // A reload keeps the new content.
-    h.write(
-        "app.yaml",
-        &app(&[("haproxy.org/timeout-server", "30s")], &entries),
-    );
+    h.write("app.yaml", &app(&[("timeout-server", "30s")], &entries));
     wait_until(APPLY_TIMEOUT, "a reload", || h.reloads().0 > reloads.0);
     h.wait_old_workers_gone();
     assert_eq!(served("offload-test.haproxy"), Some(fp(5)));

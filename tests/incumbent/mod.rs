@@ -286,9 +286,9 @@ impl Suite {
     }
 }
 
-/// An annotation under the incumbent's documented prefix.
+/// An annotation name as the suites' manifests write it: bare, without a prefix.
 pub fn org(name: &str) -> String {
-    format!("haproxy.org/{name}")
+    name.to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
