@@ -442,3 +442,77 @@ fn global_config_proxy_protocol() {
 fn suite_get(h: &Harness) -> Option<Answer> {
     request(h.http_port, "GET", "unknown.test", "/", &[])
 }
+
+// ---------------------------------------------------------------------------------------------
+// pod-maxconn (deploy/tests/integration/pod-maxconn)
+
+/// A running controller pod `name` of the incumbent's Deployment (through its ReplicaSet).
+fn controller_pod(name: &str, ip: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: haproxy-controller\n  \
+         labels: {{app: haproxy-ingress, pod-template-hash: 5d8f9}}\n  \
+         ownerReferences: [{{apiVersion: apps/v1, kind: ReplicaSet, name: haproxy-ingress-5d8f9, \
+         uid: 3f1c2e0a-rs, controller: true, blockOwnerDeletion: true}}]\n\
+         spec:\n  containers: [{{name: controller, image: portcullis}}]\n\
+         status: {{phase: Running, podIP: \"{ip}\", podIPs: [{{ip: \"{ip}\"}}]}}\n"
+    )
+}
+
+/// pod-maxconn `TestPodMaxConnConfigMap` and `TestPodMaxConnConfigMapMisc`: the ConfigMap's
+/// `pod-maxconn` is the budget of all controller replicas together, so each replica's
+/// servers get it divided by the number of replicas: 128 over 2 replicas is 64 per server,
+/// over 4 it is 32.
+#[test]
+#[ignore = "pod-maxconn is not divided by the number of controller replicas yet"]
+fn pod_maxconn_configmap() {
+    let mut h = Harness::new();
+    h.write("ingressclass.yaml", &ingress_class());
+    let base = include_str!("fixtures/incumbent/configmap.yaml");
+    h.write("configmap.yaml", &format!("{base}  pod-maxconn: \"128\"\n"));
+    let ips = ["127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let pods = |n: usize| -> String {
+        (1..=n)
+            .map(|i| controller_pod(&format!("ic{i}"), ips[i - 1]))
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    h.write("controller-pods.yaml", &pods(2));
+    let suite = Suite::new("pod-maxconn");
+    let pod = Pod::start("http-echo", Reply::Echo);
+    suite.app(&h, &pod);
+    suite.ingress(&h, &[]);
+    let peer_port = free_port().to_string();
+    let mut flags = CLASS_FLAGS.to_vec();
+    flags.extend(CONFIGMAP_FLAGS);
+    flags.extend([
+        "--pod-name",
+        "ic1",
+        "--pod-namespace",
+        "haproxy-controller",
+        "--pod-ip",
+        "127.0.0.1",
+        "--localpeer-port",
+        &peer_port,
+    ]);
+    h.start(&flags);
+    let backend = format!("backend {}_http-echo_80", suite.ns);
+    let default_server = || -> Option<String> {
+        section(&config(&h), &backend)
+            .into_iter()
+            .find(|l| l.starts_with("default-server"))
+            .map(str::to_string)
+    };
+    let per_server = |maxconn: &str| {
+        let ok = support::poll(APPLY_TIMEOUT, || {
+            default_server()
+                .is_some_and(|l| l.ends_with(maxconn) || l.contains(&format!("{maxconn} ")))
+                .then_some(())
+        });
+        assert!(ok.is_some(), "{maxconn}: {:?}", default_server());
+    };
+    per_server("maxconn 64");
+    // The same pods again change nothing; two more replicas halve it again.
+    h.write("controller-pods.yaml", &pods(2));
+    h.write("controller-pods.yaml", &pods(4));
+    per_server("maxconn 32");
+}
