@@ -8,9 +8,15 @@
 //! One `portcullis run` serves every case; every loop is bounded in count and time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apiserver::ApiServer;
 
 use support::{
     APPLY_TIMEOUT, Harness, annotated, annotated_site, endpoint_slices, ingress, route, service,
@@ -233,4 +239,69 @@ fn the_incumbents_names_and_value_forms_work_on_haproxy() {
                 && l.contains("did you mean timeout-server")
         })
     });
+}
+
+/// From a cluster: the unknown annotation becomes a Warning Event on its Ingress, with the
+/// suggestion, and a `haproxy.com/` annotation is applied.
+#[test]
+fn an_unknown_annotation_becomes_an_event_with_a_suggestion() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = Arc::new(
+        rt.block_on(
+            ApiServer::builder()
+                .list_items_without_type_meta()
+                .bookmark_interval(Duration::from_secs(1))
+                .start(),
+        ),
+    );
+    let mut h = Harness::new();
+    server.apply_yaml(&h.backend(NS, "web"));
+    server.apply_yaml(&annotated(
+        &ingress(
+            NS,
+            "shop",
+            &[route(Some("shop.example"), "/", "Prefix", "web")],
+            None,
+            &[],
+        ),
+        &[
+            ("haproxy.org/tiemout-server", "5s"),
+            ("haproxy.com/request-set-header", "X-Com %[src]"),
+        ],
+    ));
+    let kubeconfig = h.work().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, None);
+    h.use_kubeconfig(&kubeconfig);
+    h.start(&[
+        "--pod-name",
+        "solo",
+        "--pod-namespace",
+        "ingress",
+        "--allow-local-endpoints",
+    ]);
+    let body = h.get("shop.example", "/").body;
+    assert_eq!(echoed(&body, "x-com"), Some("127.0.0.1"), "{body}");
+    let event = || {
+        server.list("v1", "Event", Some(NS)).into_iter().find(|e| {
+            e["involvedObject"]["name"] == "shop"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("haproxy.org/tiemout-server"))
+        })
+    };
+    wait_until(APPLY_TIMEOUT, "an Event on the Ingress", || {
+        event().is_some()
+    });
+    let event = event().unwrap();
+    assert_eq!(event["involvedObject"]["kind"], "Ingress");
+    assert_eq!(event["type"], "Warning");
+    let message = event["message"].as_str().unwrap();
+    assert!(
+        message.contains("did you mean timeout-server?"),
+        "{message}"
+    );
 }

@@ -157,10 +157,12 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
         let mut ing_annotations = serde_json::Map::new();
         for a in INGRESS_ANNOTATIONS {
             ing_annotations.insert(format!("ingress.kubernetes.io/{a}"), json!(payload));
-            expected.push((
-                format!("Ingress inj/{name}"),
-                format!("annotation ingress.kubernetes.io/{a}"),
-            ));
+            if !accepted_as_quoted_text(a, payload) {
+                expected.push((
+                    format!("Ingress inj/{name}"),
+                    format!("annotation ingress.kubernetes.io/{a}"),
+                ));
+            }
         }
         let rules = json!([
             {"host": format!("h{i}{payload}.example.com"), "http": {"paths": [path("/", "web")]}},
@@ -211,6 +213,43 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
     (objects, expected, good_hosts)
 }
 
+/// Whether `payload` is a valid value of `annotation` whose text is written only inside
+/// quotes: several `path-rewrite` rules (one per line) and header values (which may hold `#`
+/// and quotes). Such a value is not refused; [`only_quoted`] checks where it lands.
+fn accepted_as_quoted_text(annotation: &str, payload: &str) -> bool {
+    match annotation {
+        "path-rewrite" => portcullis::policy::context::parse_rewrites(payload).is_ok(),
+        "request-set-header" => {
+            values::parse_header_lines(payload, Some(values::Direction::Request)).is_ok()
+        }
+        "response-set-header" => {
+            values::parse_header_lines(payload, Some(values::Direction::Response)).is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// Whether every `PWN` in `line` is inside a single-quoted word of a header or path rewrite
+/// rule, where HAProxy reads it as text: the quotes are balanced and nothing is outside them
+/// but the rule's own words.
+fn only_quoted(line: &str) -> bool {
+    let line = line.trim();
+    let rule = [
+        "http-request set-header ",
+        "http-response set-header ",
+        "http-request replace-path ",
+    ]
+    .iter()
+    .any(|p| line.starts_with(p));
+    if !rule || !line.matches('\'').count().is_multiple_of(2) {
+        return false;
+    }
+    // The parts outside single quotes are the even ones.
+    line.split('\'')
+        .step_by(2)
+        .all(|outside| !outside.contains("PWN"))
+}
+
 /// The pipeline as `portcullis render --configmap inj/config` builds it.
 fn pipeline() -> Pipeline {
     let cli = Cli::try_parse_from([
@@ -233,10 +272,15 @@ fn hostile_values_are_refused_named_and_contained() {
     let (objects, expected, good_hosts) = hostile_cluster();
     let output = pipeline().run(&Store::from_objects(objects)).unwrap();
 
-    // 1. Nothing hostile in any output file.
+    // 1. Nothing hostile in any output file, but as quoted text where text is accepted.
     for (name, bytes) in output.rendered.files() {
         let text = String::from_utf8_lossy(&bytes.bytes()).into_owned();
-        assert!(!text.contains("PWN"), "{name} carries a payload:\n{text}");
+        for line in text.lines().filter(|l| l.contains("PWN")) {
+            assert!(
+                name == "haproxy.cfg" && only_quoted(line),
+                "{name} carries a payload: {line}\n{text}"
+            );
+        }
     }
 
     // 2. Every hostile field is reported against its object and field.
@@ -280,7 +324,7 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
         r#"// Scope: backend, route
         // Risk: low
         fn backend(ctx) { #{ balance: "roundrobin\n  lua-load /PWN", maxconn: 10 } }
-        fn route(ctx) { #{ request_headers: [["X-A", "b' lua-load /PWN '"]], set_host: "a.com" } }
+        fn route(ctx) { #{ request_headers: [["X-A", "b'\n  lua-load /PWN '"]], set_host: "a.com" } }
         "#,
     )
     .unwrap();
@@ -290,10 +334,10 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     let (objects, _, _) = hostile_cluster();
     let output = pipeline.run(&Store::from_objects(objects)).unwrap();
     for (name, bytes) in output.rendered.files() {
-        assert!(
-            !String::from_utf8_lossy(&bytes.bytes()).contains("PWN"),
-            "{name}"
-        );
+        let text = String::from_utf8_lossy(&bytes.bytes()).into_owned();
+        for line in text.lines().filter(|l| l.contains("PWN")) {
+            assert!(name == "haproxy.cfg" && only_quoted(line), "{name}: {line}");
+        }
     }
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     assert!(

@@ -11,6 +11,7 @@ use portcullis::objects::Object;
 use portcullis::pipeline::{Output, Pipeline};
 use portcullis::store::Store;
 use portcullis::translate::TranslateConfig;
+use portcullis::values;
 use serde_json::json;
 
 fn object(v: serde_json::Value) -> Object {
@@ -223,4 +224,109 @@ fn unknown_annotations_are_reported_with_a_suggestion() {
             "warning: Service forms/web: annotation haproxy.org/load-balanse: ignored: no script reads this annotation; did you mean load-balance?",
         ]
     );
+}
+
+/// A site script's declared annotation is known, so not reported; the same script without the
+/// declaration leaves it reported. A malformed declaration does not compile.
+#[test]
+fn a_site_scripts_declarations_extend_the_known_names() {
+    let objects = || {
+        site(
+            "web",
+            json!({}),
+            json!({"portcullis.io/maintenance-page": "down for maintenance"}),
+        )
+    };
+    let script = |read: &str| {
+        format!(
+            "// zz-maintenance.rhai: answer 503 with a page.\n//\n// Scope:    route\n// Risk:     low\n{read}\n\nfn route(ctx) {{\n    let page = ctx.header_value(\"maintenance-page\");\n    if page != () {{ ctx.warn(page); }}\n}}\n"
+        )
+    };
+    let warnings = |read: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("zz-maintenance.rhai"), script(read)).unwrap();
+        let pipeline = portcullis::source::site::load_pipeline(
+            Some(dir.path()),
+            None,
+            TranslateConfig::default(),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+        let output = pipeline.run(&Store::from_objects(objects())).unwrap();
+        Ok::<Vec<String>, String>(output.diagnostics.iter().map(ToString::to_string).collect())
+    };
+    let declared = warnings(
+        "// Read:     maintenance-page header_value from Ingress, ConfigMap default none: the\n//           text of the 503 page.",
+    )
+    .unwrap();
+    assert_eq!(declared.len(), 1, "{declared:?}");
+    assert!(
+        declared[0].starts_with("warning: Ingress forms/web: script ")
+            && declared[0].ends_with("zz-maintenance.rhai: down for maintenance"),
+        "{declared:?}"
+    );
+    let undeclared = warnings("").unwrap();
+    assert!(
+        undeclared.iter().any(|d| d.contains(
+            "annotation portcullis.io/maintenance-page: ignored: no script reads this annotation"
+        )),
+        "{undeclared:?}"
+    );
+    let malformed = warnings("// Read:     maintenance-page page from Ingress: the text.");
+    assert!(
+        malformed
+            .as_ref()
+            .is_err_and(|e| e.contains("is not one of")),
+        "{malformed:?}"
+    );
+}
+
+/// Every fetch and converter the header allowlist names, in each message it is allowed in,
+/// passes `haproxy -c`: an accepted value never makes HAProxy refuse the configuration.
+#[test]
+fn what_the_header_allowlist_names_haproxy_accepts() {
+    let with_arg = |fetch: &str| match fetch {
+        "req.hdr" | "hdr" | "res.hdr" => format!("{fetch}(X-A)"),
+        "req.cook" => format!("{fetch}(sid)"),
+        "ssl_c_s_dn" | "ssl_c_i_dn" => format!("{fetch}(CN,1)"),
+        _ => fetch.to_string(),
+    };
+    let request_only = [
+        "method", "path", "base", "url", "query", "req.hdr", "hdr", "req.cook",
+    ];
+    let response_only = ["status", "res.hdr"];
+    let mut request = Vec::new();
+    let mut response = Vec::new();
+    for fetch in values::header_fetch_names() {
+        let sample = with_arg(fetch);
+        if !response_only.contains(&fetch) {
+            request.push(format!("X-R{} %[{sample}]", request.len()));
+        }
+        if !request_only.contains(&fetch) {
+            response.push(format!("X-S{} %[{sample}]", response.len()));
+        }
+    }
+    for converter in values::header_converter_names() {
+        let conv = if converter == "ipmask" {
+            "ipmask(24)".to_string()
+        } else {
+            converter.to_string()
+        };
+        request.push(format!("X-C{} %[src,{conv}]", request.len()));
+    }
+    let output = run(site(
+        "all",
+        json!({}),
+        json!({
+            "haproxy.org/request-set-header": request.join("\n"),
+            "haproxy.org/response-set-header": response.join("\n"),
+        }),
+    ));
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    assert!(diagnostics.is_empty(), "{diagnostics:?}");
+    let cfg = haproxy_cfg(&output);
+    assert!(
+        cfg.contains("%[ssl_c_s_dn(CN,1)]") && cfg.contains("%[res.hdr(X-A)]"),
+        "{cfg}"
+    );
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
 }

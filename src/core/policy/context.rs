@@ -1216,6 +1216,32 @@ mod tests {
         }
     }
 
+    /// In the ConfigMap the plain key comes first, then the same name under each accepted
+    /// prefix (the incumbent strips them there too); other keys are not found.
+    #[test]
+    fn config_map_keys_are_read_plain_then_prefixed() {
+        let values: BTreeMap<String, String> = [
+            ("haproxy.com/timeout-server", "3s"),
+            ("haproxy.org/timeout-server", "2s"),
+            ("timeout-server", "1s"),
+            ("example.com/timeout-server", "no"),
+            ("timeout-server-x", "no"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let object = ObjectRef::new(Kind::ConfigMap, &Key::new("ns", "cfg"));
+        let source = ValueSource::config_map(object, Arc::new(values));
+        assert_eq!(
+            source.lookup(&["timeout-server".to_string()]),
+            [
+                ("1s", "key timeout-server".to_string()),
+                ("2s", "key haproxy.org/timeout-server".to_string()),
+                ("3s", "key haproxy.com/timeout-server".to_string()),
+            ]
+        );
+    }
+
     /// Through `fail_closed`, the first value found decides: a bad one is reported with the
     /// consequence and gives `()`, where the plain context skips it for the next source.
     #[test]

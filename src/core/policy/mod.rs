@@ -119,7 +119,8 @@ pub struct Declaration {
 
 impl Declaration {
     /// Reads the declaration from the script's leading comment lines.
-    fn parse(text: &str) -> Result<Self, String> {
+    /// A failure is given with the (1-based) line it concerns.
+    fn parse(text: &str) -> Result<Self, (usize, String)> {
         if text.trim().is_empty() {
             // An empty site file switches the bundled script of that name off.
             return Ok(Self {
@@ -131,9 +132,9 @@ impl Declaration {
         let mut scope = None;
         let mut risk = None;
         // The `Read:` lines, each with its continuation lines.
-        let mut read_texts: Vec<String> = Vec::new();
+        let mut read_texts: Vec<(usize, String)> = Vec::new();
         let mut in_read = false;
-        for line in text.lines().map(str::trim) {
+        for (n, line) in text.lines().map(str::trim).enumerate() {
             if line.is_empty() {
                 in_read = false;
                 continue;
@@ -143,7 +144,7 @@ impl Declaration {
             };
             // An indented comment line continues the directive above it.
             if in_read && raw.starts_with("  ") && !raw.trim().is_empty() {
-                if let Some(text) = read_texts.last_mut() {
+                if let Some((_, text)) = read_texts.last_mut() {
                     text.push(' ');
                     text.push_str(raw.trim());
                 }
@@ -156,7 +157,7 @@ impl Declaration {
             };
             match key.trim().to_ascii_lowercase().as_str() {
                 "read" => {
-                    read_texts.push(value.trim().to_string());
+                    read_texts.push((n + 1, value.trim().to_string()));
                     in_read = true;
                 }
                 "scope" => {
@@ -166,7 +167,10 @@ impl Declaration {
                             .into_iter()
                             .find(|h| h.function_name() == word)
                             .ok_or_else(|| {
-                                format!("Scope: {word:?} is not one of global, backend, route")
+                                (
+                                    n + 1,
+                                    format!("Scope: {word:?} is not one of global, backend, route"),
+                                )
                             })?;
                         hooks.push(hook);
                     }
@@ -176,9 +180,12 @@ impl Declaration {
                 }
                 "risk" => {
                     risk = Some(Risk::parse(value).ok_or_else(|| {
-                        format!(
-                            "Risk: {:?} is not one of low, medium, high, critical",
-                            value.trim()
+                        (
+                            n + 1,
+                            format!(
+                                "Risk: {:?} is not one of low, medium, high, critical",
+                                value.trim()
+                            ),
                         )
                     })?);
                 }
@@ -187,14 +194,15 @@ impl Declaration {
         }
         let reads = read_texts
             .iter()
-            .map(|t| reads::Read::parse(t))
+            .map(|(n, t)| reads::Read::parse(t).map_err(|e| (*n, e)))
             .collect::<Result<Vec<_>, _>>()?;
         match (scope, risk) {
             (Some(scope), Some(risk)) => Ok(Self { scope, risk, reads }),
-            _ => Err(
+            _ => Err((
+                1,
                 "the header must declare `// Scope: <global|backend|route>[, ...]` and `// Risk: <low|medium|high|critical>`"
                     .to_string(),
-            ),
+            )),
         }
     }
 
@@ -306,10 +314,10 @@ impl PolicyEngine {
             let display = source.display_name("scripts");
             let declaration = match Declaration::parse(&source.text) {
                 Ok(d) => d,
-                Err(message) => {
+                Err((line, message)) => {
                     errors.push(PolicyError::ScriptCompile {
                         file: display,
-                        line: 1,
+                        line,
                         message,
                     });
                     continue;
@@ -750,6 +758,32 @@ mod tests {
             .find(|(f, _)| f.name == "config-snippets.rhai")
             .unwrap();
         assert_eq!(snippets.1.risk, Risk::Critical);
+    }
+
+    /// `Read:` lines are parsed with their indented continuation lines; a bad one is a
+    /// compile error of the script naming the line's problem.
+    #[test]
+    fn read_declarations_are_parsed_with_their_continuations() {
+        let engine = PolicyEngine::compile(vec![source(
+            "r.rhai",
+            "// r.rhai: reads two settings.\n//\n// Scope:    route\n// Risk:     low\n//\n// Read:     allow-list (whitelist) cidrs from Ingress, ConfigMap default none: who\n//           may come in.\n// Read:     set-host host from Ingress: the Host.\n// Produces: nothing.\n//           Really nothing.\n\nfn route(ctx) { () }",
+        )])
+        .unwrap();
+        let (_, declaration) = engine.declarations().next().unwrap();
+        assert_eq!(declaration.reads.len(), 2);
+        assert_eq!(declaration.reads[0].description, "who may come in.");
+        assert_eq!(declaration.reads[1].description, "the Host.");
+        assert!(engine.vocabulary().knows("whitelist"));
+        let bad = PolicyEngine::compile(vec![source(
+            "bad.rhai",
+            "// Scope: route\n// Risk: low\n// Read: allow-list cidrs from Ingres: x.\nfn route(ctx) { () }",
+        )])
+        .unwrap_err();
+        let message = bad[0].to_string();
+        assert!(
+            message.contains("bad.rhai (bundled): line 3: Read: \"Ingres\" is not an object kind"),
+            "{message}"
+        );
     }
 
     /// A hook that reads facts, the subject, a derived context and warns: remembered results

@@ -14,7 +14,8 @@
 //! accessor that reads it (`cidrs`, `int(1..100)`, `choice(a|b)`, …) and each KIND an object
 //! kind (`Ingress`, `Service`, `ConfigMap`, …).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::objects::{Kind, ObjectRef};
@@ -169,11 +170,12 @@ fn check_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Every name the loaded scripts declare, with the objects each may come from and the
-/// scripts that declare it.
-#[derive(Debug, Default, Clone)]
+/// Every name the loaded scripts declare, with the objects each may come from.
+#[derive(Debug, Default)]
 pub struct Vocabulary {
     names: BTreeMap<String, Known>,
+    /// The closest known name of the unknown names seen so far.
+    suggestions: Mutex<HashMap<String, Option<String>>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -195,7 +197,10 @@ impl Vocabulary {
                 }
             }
         }
-        Self { names }
+        Self {
+            names,
+            suggestions: Mutex::default(),
+        }
     }
 
     /// Whether some script declares `name` (for any object).
@@ -212,11 +217,12 @@ impl Vocabulary {
         keys: impl IntoIterator<Item = &'a String>,
         diags: &mut Diagnostics,
     ) {
+        let mut suggest = MAX_SUGGESTED_PER_OBJECT;
         for key in keys {
             let Some((_, name)) = annotation_name(key) else {
                 continue;
             };
-            if let Some(message) = self.verdict(name, object.kind, "annotation") {
+            if let Some(message) = self.verdict(name, object.kind, "annotation", &mut suggest) {
                 diags.object(
                     Severity::Warning,
                     object,
@@ -236,16 +242,18 @@ impl Vocabulary {
         keys: impl IntoIterator<Item = &'a String>,
         diags: &mut Diagnostics,
     ) {
+        let mut suggest = MAX_SUGGESTED_PER_OBJECT;
         for key in keys {
             let name = annotation_name(key).map_or(key.as_str(), |(_, n)| n);
-            if let Some(message) = self.verdict(name, Kind::ConfigMap, "key") {
+            if let Some(message) = self.verdict(name, Kind::ConfigMap, "key", &mut suggest) {
                 diags.object(Severity::Warning, object, format!("key {key}"), message);
             }
         }
     }
 
     /// Why `name` on an object of `kind` is not read, or `None` when it is.
-    fn verdict(&self, name: &str, kind: Kind, noun: &str) -> Option<String> {
+    /// `suggest` is how many more unknown names of this object may get a suggestion.
+    fn verdict(&self, name: &str, kind: Kind, noun: &str, suggest: &mut usize) -> Option<String> {
         match self.names.get(name) {
             Some(known) if known.objects.contains(&kind) => None,
             Some(known) => {
@@ -257,7 +265,7 @@ impl Vocabulary {
                     places.join(", ")
                 ))
             }
-            None => Some(match self.closest(name) {
+            None => Some(match self.suggestion(name, suggest) {
                 Some(near) => {
                     format!("ignored: no script reads this {noun}; did you mean {near}?")
                 }
@@ -266,30 +274,79 @@ impl Vocabulary {
         }
     }
 
+    /// [`Self::closest`] while the object has suggestions left.
+    fn suggestion(&self, name: &str, left: &mut usize) -> Option<String> {
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        self.closest(name)
+    }
+
     /// The known name closest to `name`, if it is close: at most a third of its length in
-    /// edits (and at most 3), ties broken by name order.
-    fn closest(&self, name: &str) -> Option<&str> {
-        let limit = (name.chars().count() / 3).clamp(1, 3);
+    /// edits (and at most 3), ties broken by name order. The same unknown names come back on
+    /// many objects, so answers are remembered (a bounded number of them).
+    fn closest(&self, name: &str) -> Option<String> {
+        let remembered = self
+            .suggestions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(name).cloned());
+        if let Some(answer) = remembered {
+            return answer;
+        }
+        let limit = (name.len() / 3).clamp(1, 3);
         let lower = name.to_ascii_lowercase();
-        self.names
+        let answer = self
+            .names
             .keys()
-            .map(|known| (edit_distance(&lower, known), known))
-            .filter(|(d, _)| *d <= limit)
+            .filter_map(|known| Some((edit_distance_within(&lower, known, limit)?, known)))
             .min_by_key(|(d, _)| *d)
-            .map(|(_, k)| k.as_str())
+            .map(|(_, k)| k.clone());
+        if let Ok(mut m) = self.suggestions.lock() {
+            if m.len() >= MAX_SUGGESTIONS {
+                m.clear();
+            }
+            m.insert(name.to_string(), answer.clone());
+        }
+        answer
     }
 }
 
-/// Levenshtein distance, by characters; an adjacent swap counts as one edit.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
+/// How many unknown names of one object get a suggestion: the rest are reported without one,
+/// so that an object with thousands of made-up annotations costs little.
+const MAX_SUGGESTED_PER_OBJECT: usize = 16;
+
+/// How many suggestions a vocabulary remembers before it starts afresh.
+const MAX_SUGGESTIONS: usize = 4096;
+
+/// The edit distance of `a` and `b` (by bytes; an adjacent swap counts as one edit) if it is
+/// at most `limit`: names whose lengths differ by more are not compared at all, and a row
+/// whose every cell is past the limit ends the comparison.
+fn edit_distance_within(a: &str, b: &str, limit: usize) -> Option<usize> {
+    if a.len().abs_diff(b.len()) > limit || a.len() > MAX_COMPARED || b.len() > MAX_COMPARED {
+        return None;
+    }
+    let d = edit_distance(a.as_bytes(), b.as_bytes(), limit);
+    (d <= limit).then_some(d)
+}
+
+/// The longest names compared for a suggestion.
+const MAX_COMPARED: usize = 63;
+
+/// Levenshtein distance, an adjacent swap counting as one edit; once every cell of a row is
+/// past `limit`, `limit + 1`. Both are at most [`MAX_COMPARED`] bytes long.
+fn edit_distance(a: &[u8], b: &[u8], limit: usize) -> usize {
     // Rows i-2, i-1 and i of the table.
-    let mut before: Vec<usize> = vec![0; b.len() + 1];
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
+    let mut before = [0usize; MAX_COMPARED + 1];
+    let mut prev = [0usize; MAX_COMPARED + 1];
+    for (j, cell) in prev.iter_mut().enumerate().take(b.len() + 1) {
+        *cell = j;
+    }
+    let mut cur = [0usize; MAX_COMPARED + 1];
     for i in 1..=a.len() {
         cur[0] = i;
+        let mut row_min = cur[0];
         for j in 1..=b.len() {
             let cost = usize::from(a[i - 1] != b[j - 1]);
             let mut d = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
@@ -297,6 +354,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
                 d = d.min(before[j - 2] + 1);
             }
             cur[j] = d;
+            row_min = row_min.min(d);
+        }
+        if row_min > limit {
+            return limit + 1;
         }
         std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
@@ -383,12 +444,34 @@ mod tests {
         );
     }
 
+    /// Past 16 unknown names on one object, the rest are reported without a suggestion.
+    #[test]
+    fn suggestions_are_bounded_per_object() {
+        let reads = [Read::parse("timeout-server duration from Ingress: t.").unwrap()];
+        let vocabulary = Vocabulary::new(&reads);
+        let object = ObjectRef::new(Kind::Ingress, &Key::new("ns", "web"));
+        let keys: Vec<String> = (0..20)
+            .map(|i| format!("haproxy.org/timeout-serve{i}"))
+            .collect();
+        let mut diags = Diagnostics::new();
+        vocabulary.check_annotations(&object, &keys, &mut diags);
+        let suggested = diags
+            .iter()
+            .filter(|d| d.message.contains("did you mean"))
+            .count();
+        assert_eq!((diags.len(), suggested), (20, 16));
+    }
+
     #[test]
     fn edit_distance_counts_swaps_as_one() {
-        assert_eq!(edit_distance("timeout-server", "timeout-server"), 0);
-        assert_eq!(edit_distance("timeout-sever", "timeout-server"), 1);
-        assert_eq!(edit_distance("tiemout-server", "timeout-server"), 1);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        let d = |a: &str, b: &str| edit_distance(a.as_bytes(), b.as_bytes(), 9);
+        assert_eq!(d("timeout-server", "timeout-server"), 0);
+        assert_eq!(d("timeout-sever", "timeout-server"), 1);
+        assert_eq!(d("tiemout-server", "timeout-server"), 1);
+        assert_eq!(d("", "abc"), 3);
+        assert_eq!(d("kitten", "sitting"), 3);
+        assert_eq!(edit_distance_within("kitten", "sitting", 2), None);
+        assert_eq!(edit_distance_within("a", "abcdef", 3), None);
+        assert_eq!(edit_distance(b"abcdefgh", b"zzzzzzzz", 2), 3);
     }
 }
