@@ -634,7 +634,9 @@ fn object_value(object: &Object) -> Value {
         Object::Secret(o) => serde_json::to_value(&**o),
         Object::ConfigMap(o) => serde_json::to_value(&**o),
         Object::Pod(o) => serde_json::to_value(&**o),
-        Object::Tcp(_) => panic!("the generator makes no TCP objects"),
+        Object::Tcp(_) | Object::Resource(_) => {
+            panic!("the generator makes no custom resources")
+        }
     }
     .unwrap()
 }

@@ -9,9 +9,12 @@
 //! given `#[serde(default)]` changes the output.
 //!
 //! Every object in the schema keeps unknown fields (`x-kubernetes-preserve-unknown-fields`),
-//! because serde ignores them too (the types do not deny unknown fields), and because the
-//! resource is shared with haproxytech/kubernetes-ingress, whose TCP objects have frontend
-//! settings Portcullis does not read: the API server must not prune them.
+//! because serde ignores them too (the types do not deny unknown fields; translation reports
+//! them), and because the resource is shared with haproxytech/kubernetes-ingress, whose TCP
+//! objects have frontend settings Portcullis does not read: the API server must not prune
+//! them. A type whose documents take more than one shape (the binds: a map by name or a list)
+//! is an untyped node that keeps what it holds, so the schema stays a superset of the
+//! incumbent's.
 //!
 //! kube's `CustomResource` derive with `schemars` is not used: its root schema requires
 //! `spec` (a TCP object without one is accepted today) and drops `apiVersion`, `kind` and
@@ -146,6 +149,10 @@ fn schema(registry: &Registry, format: &Format) -> Result<Value, CrdError> {
             "additionalProperties": schema(registry, value)?,
         }),
         Format::TypeName(name) => match registry.get(name) {
+            _ if open_shape(name).is_some() => json!({
+                "description": open_shape(name),
+                "x-kubernetes-preserve-unknown-fields": true,
+            }),
             Some(ContainerFormat::Struct(fields)) => {
                 let mut properties = Map::new();
                 for field in fields {
@@ -162,6 +169,21 @@ fn schema(registry: &Registry, format: &Format) -> Result<Value, CrdError> {
         },
         other => return Err(CrdError::Unsupported(format!("{other:?}"))),
     })
+}
+
+/// Types whose documents take more than one JSON shape, which a structural schema cannot
+/// state: their node has no type and keeps whatever it holds, described in words; their
+/// reader checks it.
+const OPEN_SHAPES: &[(&str, &str)] = &[(
+    "TcpBinds",
+    "The binds: a map of binds by name (each with name, address, port, ssl, ssl_certificate, alpn, v4v6, v6only, accept_proxy), or a list of such binds.",
+)];
+
+fn open_shape(name: &str) -> Option<&'static str> {
+    OPEN_SHAPES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, description)| *description)
 }
 
 /// A complete sample document of `format`: every field present, every list one entry long.
@@ -279,6 +301,7 @@ pub fn tcp_top_level_keys() -> Vec<String> {
     let tcp = Tcp {
         metadata: Default::default(),
         spec: Vec::new(),
+        unread: Vec::new(),
     };
     match serde_json::to_value(&tcp) {
         Ok(Value::Object(m)) => m.keys().cloned().collect(),
@@ -363,10 +386,13 @@ mod tests {
         let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
         let item = &root["properties"]["spec"]["items"];
         assert_eq!(item["required"], json!(["name", "frontend", "service"]));
-        let bind = &item["properties"]["frontend"]["properties"]["binds"]["items"];
-        assert_eq!(bind["required"], json!(["port"]));
-        assert_eq!(bind["properties"]["port"]["maximum"], json!(65535));
-        assert_eq!(bind["properties"]["ssl"]["type"], json!("boolean"));
+        // Binds are a map or a list: an open node, checked by their reader.
+        let binds = &item["properties"]["frontend"]["properties"]["binds"];
+        assert_eq!(binds["x-kubernetes-preserve-unknown-fields"], json!(true));
+        assert!(binds.get("type").is_none());
+        let service = &item["properties"]["services"]["items"];
+        assert_eq!(service["required"], json!(["name", "port"]));
+        assert_eq!(service["properties"]["port"]["maximum"], json!(65535));
         for key in tcp_top_level_keys() {
             assert!(root["properties"].get(&key).is_some(), "{key}");
         }

@@ -677,23 +677,31 @@ sys.exit(1 if bad else 0)
 
 #[test]
 fn tcp_objects_are_checked_against_the_committed_crd() {
-    // A TCP object of the golden tests, as the incumbent controller's users write them.
-    let golden = documents(&root().join("tests/golden/26-tcp/tcp.yaml"));
-    let tcps: Vec<Value> = golden
-        .into_iter()
+    // TCP objects of the golden tests, as the incumbent controller's users write them: binds
+    // as a list, and the incumbent's v3 form (binds as a map by name, more Services, ACLs,
+    // rules and lists Portcullis does not read), which the CRD must accept as the
+    // incumbent's own does.
+    let tcps: Vec<Value> = ["26-tcp", "33-incumbent-crs"]
+        .iter()
+        .flat_map(|case| documents(&root().join(format!("tests/golden/{case}/tcp.yaml"))))
         .filter(|o| s(o, "kind") == "TCP")
         .collect();
-    assert!(!tcps.is_empty());
+    assert!(tcps.len() >= 4);
     validate_tcps(&tcps).expect("the golden TCP objects match the CRD");
-    // And a broken one is refused: a port that is not a number, a service without a port.
+    // And a broken one is refused: a Service port that is not a number, a Service without a
+    // port, an entry without a frontend.
     let mut broken = tcps[0].clone();
-    broken["spec"][0]["frontend"]["binds"][0]["port"] = Value::from("https");
-    if let Value::Object(m) = &mut broken["spec"][0]["service"] {
+    broken["spec"][0]["service"]["port"] = Value::from("https");
+    if let Value::Object(m) = &mut broken["spec"][1]["service"] {
         m.remove("port");
     }
+    if let Value::Object(m) = &mut broken["spec"][1] {
+        m.remove("frontend");
+    }
     let err = validate_tcps(&[broken]).expect_err("a broken TCP object is refused");
-    assert!(err.contains("binds/0/port"), "{err}");
+    assert!(err.contains("spec/0/service/port"), "{err}");
     assert!(err.contains("'port' is a required property"), "{err}");
+    assert!(err.contains("'frontend' is a required property"), "{err}");
 }
 
 /// The ports a NetworkPolicy rule opens: `(first, last)` ranges; `None` when it names a port by

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::objects::TCP_API_VERSION;
+use crate::objects::{Kind, TCP_API_VERSION};
 
 /// How to find the API server.
 #[derive(Debug, Clone, Default)]
@@ -57,6 +57,9 @@ pub struct Connected {
     pub version: String,
     /// Whether the TCP custom resource is served (and so watched).
     pub tcp_crd_present: bool,
+    /// The incumbent's Backend, Defaults and Global resources the API server serves (and so
+    /// watched).
+    pub resources_present: Vec<Kind>,
 }
 
 impl std::fmt::Debug for Connected {
@@ -65,6 +68,7 @@ impl std::fmt::Debug for Connected {
             .field("server", &self.server)
             .field("version", &self.version)
             .field("tcp_crd_present", &self.tcp_crd_present)
+            .field("resources_present", &self.resources_present)
             .finish_non_exhaustive()
     }
 }
@@ -170,13 +174,14 @@ pub async fn connect(
             .max(Duration::from_millis(100));
         let result = tokio::time::timeout(per_attempt, probe(&client, config.tcp_crd)).await;
         let cause = match result {
-            Ok(Ok((version, tcp_crd_present))) => {
+            Ok(Ok((version, tcp_crd_present, resources_present))) => {
                 tracing::info!(%server, %version, attempt, "connected to the Kubernetes API server");
                 return Ok(Connected {
                     client,
                     server,
                     version,
                     tcp_crd_present,
+                    resources_present,
                 });
             }
             Ok(Err(ProbeError::Permanent(message))) => {
@@ -209,21 +214,39 @@ enum ProbeError {
     Transient(String),
 }
 
-async fn probe(client: &kube::Client, tcp_crd: TcpCrd) -> Result<(String, bool), ProbeError> {
+/// The API server's version, whether it serves the TCP resource, and which of the
+/// incumbent's other resources (same API group) it serves.
+async fn probe(
+    client: &kube::Client,
+    tcp_crd: TcpCrd,
+) -> Result<(String, bool, Vec<Kind>), ProbeError> {
     let version = client
         .apiserver_version()
         .await
         .map_err(|e| classify(&e, "GET /version"))?;
-    let tcp_crd_present = match tcp_crd {
-        TcpCrd::Off => false,
+    let served: Vec<String> = match tcp_crd {
+        TcpCrd::Off => Vec::new(),
         TcpCrd::Required | TcpCrd::Optional => {
             match client.list_api_group_resources(TCP_API_VERSION).await {
-                Ok(list) => list.resources.iter().any(|r| r.name == "tcps"),
-                Err(kube::Error::Api(s)) if s.code == 404 => false,
+                Ok(list) => list.resources.into_iter().map(|r| r.name).collect(),
+                Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
                 Err(e) => return Err(classify(&e, "discovery of the TCP custom resource")),
             }
         }
     };
+    let tcp_crd_present = served.iter().any(|r| r == "tcps");
+    let mut resources_present = Vec::new();
+    for kind in Kind::RESOURCES {
+        let plural = crate::cluster::reflect::api_resource(kind).plural;
+        if served.contains(&plural) {
+            resources_present.push(kind);
+        } else if tcp_crd != TcpCrd::Off {
+            tracing::info!(
+                "the {} resource ({TCP_API_VERSION}, {plural}) is not installed: not watched; references to it are reported as missing",
+                kind.as_str()
+            );
+        }
+    }
     if !tcp_crd_present {
         match tcp_crd {
             TcpCrd::Required => {
@@ -237,7 +260,7 @@ async fn probe(client: &kube::Client, tcp_crd: TcpCrd) -> Result<(String, bool),
             TcpCrd::Off => {}
         }
     }
-    Ok((version.git_version, tcp_crd_present))
+    Ok((version.git_version, tcp_crd_present, resources_present))
 }
 
 /// Whether an error is worth retrying. Authentication and authorisation failures are not:

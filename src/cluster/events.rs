@@ -176,6 +176,10 @@ fn candidates(diagnostics: &[Diagnostic], store: &Store) -> Vec<Candidate> {
         let (api_version, meta) = match object.kind {
             Kind::Ingress => ("networking.k8s.io/v1", ingresses.get(&key).copied()),
             Kind::Tcp => (TCP_API_VERSION, tcps.get(&key).copied()),
+            Kind::Backend | Kind::Defaults | Kind::Global => (
+                TCP_API_VERSION,
+                store.resource(object.kind, &key).map(|o| &o.metadata),
+            ),
             Kind::Service => ("v1", store.service(&key).map(|o| &o.metadata)),
             Kind::ConfigMap => ("v1", store.config_map(&key).map(|o| &o.metadata)),
             Kind::Secret => ("v1", store.secret(&key).map(|o| &o.metadata)),
@@ -212,7 +216,14 @@ fn candidates(diagnostics: &[Diagnostic], store: &Store) -> Vec<Candidate> {
 fn reported(o: &ObjectRef) -> bool {
     matches!(
         o.kind,
-        Kind::Ingress | Kind::Service | Kind::Tcp | Kind::ConfigMap | Kind::Secret
+        Kind::Ingress
+            | Kind::Service
+            | Kind::Tcp
+            | Kind::ConfigMap
+            | Kind::Secret
+            | Kind::Backend
+            | Kind::Defaults
+            | Kind::Global
     ) && !o.namespace.is_empty()
 }
 

@@ -74,6 +74,7 @@ pub async fn start(
             .collect(),
         pod_namespace: identity.pod_namespace.clone(),
         tcp: connected.tcp_crd_present,
+        resources: connected.resources_present.clone(),
         named_services,
         named_secrets: translate
             .default_ssl_certificate

@@ -89,6 +89,8 @@ pub struct WatchPlan {
     /// Where the controller's own Pods live (peers).
     pub pod_namespace: Option<String>,
     pub tcp: bool,
+    /// The incumbent's Backend, Defaults and Global resources to watch (those served).
+    pub resources: Vec<Kind>,
     /// Services and Secrets named by flags (default backend, publish service, default
     /// certificate): watched by name when the namespace filter would hide them.
     pub named_services: Vec<Key>,
@@ -108,6 +110,7 @@ impl WatchPlan {
         if self.tcp {
             kinds.push(Kind::Tcp);
         }
+        kinds.extend(self.resources.iter().copied());
         let mut specs = vec![WatchSpec::new(Kind::IngressClass)];
         for kind in kinds {
             let label_selector =
@@ -180,6 +183,9 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::ConfigMap => ("", "v1", "configmaps"),
         Kind::Pod => ("", "v1", "pods"),
         Kind::Tcp => ("ingress.v3.haproxy.org", "v3", "tcps"),
+        Kind::Backend => ("ingress.v3.haproxy.org", "v3", "backends"),
+        Kind::Defaults => ("ingress.v3.haproxy.org", "v3", "defaults"),
+        Kind::Global => ("ingress.v3.haproxy.org", "v3", "globals"),
     };
     ApiResource {
         group: group.to_string(),
@@ -526,6 +532,7 @@ mod tests {
             ],
             pod_namespace: Some("ingress".into()),
             tcp: true,
+            resources: Vec::new(),
             named_services: vec![Key::new("ingress", "default-backend")],
             named_secrets: vec![Key::new("web", "default-cert")],
         }

@@ -187,7 +187,12 @@ fn owners_of_backend(b: &Backend, store: &Store, tcp: bool) -> Vec<ObjectRef> {
     }
     if tcp {
         for (key, t) in store.tcps() {
-            if key.namespace == b.namespace && t.spec.iter().any(|s| s.service.name == b.service) {
+            let names = |s: &crate::objects::TcpService| {
+                std::iter::once(&s.service)
+                    .chain(&s.services)
+                    .any(|t| t.name == b.service)
+            };
+            if key.namespace == b.namespace && t.spec.iter().any(names) {
                 out.push(ObjectRef::new(Kind::Tcp, key));
             }
         }

@@ -131,17 +131,50 @@ pub struct SyslogServer {
 }
 
 /// A TCP-mode frontend.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct TcpService {
     /// `tcp_<frontend name>`.
     pub frontend: String,
     pub binds: Vec<TcpBind>,
+    /// `default_backend`.
     pub backend: String,
     pub tcplog: bool,
+    /// The frontend's own `log-format`, checked like the `log-format-tcp` key; it wins over
+    /// that key and over `tcplog`.
+    pub log_format: Option<String>,
+    pub maxconn: Option<u64>,
+    pub backlog: Option<u64>,
+    /// `timeout <name> <ms>` (`client`, `client-fin`).
+    pub timeouts: Vec<(String, u64)>,
+    /// `option <name>` (true) or `no option <name>` (false), e.g. `clitcpka`.
+    pub options: Vec<(bool, String)>,
+    /// `tcp-request` rules in order, each as the words after `tcp-request`.
+    pub requests: Vec<Vec<String>>,
+    /// `acl` lines in order.
+    pub acls: Vec<TcpAcl>,
+    /// `use_backend` lines in order.
+    pub switching: Vec<TcpSwitch>,
 }
 
+/// `acl <name> <words...>`: every word checked (see `translate::tcp_rules`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpAcl {
+    pub name: String,
+    pub words: Vec<String>,
+}
+
+/// `use_backend <backend> [if|unless <words...>]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TcpSwitch {
+    pub backend: String,
+    /// `if`/`unless` and the condition's words; empty for an unconditional rule.
+    pub condition: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct TcpBind {
+    /// The bind's `name` (a word of HAProxy's name characters).
+    pub name: Option<String>,
     pub address: String,
     pub port: u16,
     /// A PEM file named directly on the bind (`ssl crt <file>`).
@@ -152,8 +185,10 @@ pub struct TcpBind {
     pub crt_list: bool,
     /// Clients send a PROXY protocol header (`accept-proxy`).
     pub accept_proxy: bool,
-    /// An IPv6 bind next to an IPv4 one on the same port (`v6only`).
+    /// An IPv6 bind takes IPv6 connections only (`v6only`).
     pub v6only: bool,
+    /// `::` takes IPv4 connections too (`v4v6`).
+    pub v4v6: bool,
 }
 
 /// HAProxy peers: replicas sharing stick tables.

@@ -13,12 +13,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 mod endpoint_slice;
+pub mod incumbent;
 mod service;
+mod tcp;
 
 pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice, SERVICE_NAME_LABEL};
+pub use incumbent::Resource;
 pub use service::{LoadBalancerAddress, Service, ServicePort};
+pub use tcp::{
+    Tcp, TcpAcl, TcpBind, TcpBinds, TcpFrontend, TcpRequestRule, TcpService, TcpSwitchingRule,
+    TcpTarget,
+};
 
-/// API group and version of the TCP custom resource (shared with the incumbent controller).
+/// API group and version of the TCP custom resource and of the incumbent's Backend, Defaults
+/// and Global resources (shared with the incumbent controller).
 pub const TCP_API_VERSION: &str = "ingress.v3.haproxy.org/v3";
 
 /// The kinds of object the store holds.
@@ -33,11 +41,17 @@ pub enum Kind {
     Pod,
     #[serde(rename = "TCP")]
     Tcp,
+    /// The incumbent's `Backend` resource (same API group as TCP).
+    Backend,
+    /// The incumbent's `Defaults` resource.
+    Defaults,
+    /// The incumbent's `Global` resource.
+    Global,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Service,
@@ -46,7 +60,13 @@ impl Kind {
         Kind::ConfigMap,
         Kind::Pod,
         Kind::Tcp,
+        Kind::Backend,
+        Kind::Defaults,
+        Kind::Global,
     ];
+
+    /// The incumbent's resources read as sources of settings.
+    pub const RESOURCES: [Kind; 3] = [Kind::Backend, Kind::Defaults, Kind::Global];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -58,6 +78,9 @@ impl Kind {
             Kind::ConfigMap => "ConfigMap",
             Kind::Pod => "Pod",
             Kind::Tcp => "TCP",
+            Kind::Backend => "Backend",
+            Kind::Defaults => "Defaults",
+            Kind::Global => "Global",
         }
     }
 
@@ -131,52 +154,6 @@ impl fmt::Display for ObjectRef {
     }
 }
 
-/// The TCP custom resource: a list of TCP services, each a frontend with binds and a target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Tcp {
-    pub metadata: ObjectMeta,
-    #[serde(default)]
-    pub spec: Vec<TcpService>,
-}
-
-/// One entry of a TCP resource's `spec`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpService {
-    pub name: String,
-    pub frontend: TcpFrontend,
-    pub service: TcpTarget,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpFrontend {
-    pub name: String,
-    #[serde(default)]
-    pub tcplog: Option<bool>,
-    #[serde(default)]
-    pub binds: Vec<TcpBind>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpBind {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub address: Option<String>,
-    pub port: u16,
-    #[serde(default)]
-    pub ssl: Option<bool>,
-    #[serde(default)]
-    pub ssl_certificate: Option<String>,
-    #[serde(default)]
-    pub alpn: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TcpTarget {
-    pub name: String,
-    pub port: u16,
-}
-
 /// A typed object of one of the watched kinds. Objects are shared, never mutated.
 #[derive(Debug, Clone)]
 pub enum Object {
@@ -188,6 +165,8 @@ pub enum Object {
     ConfigMap(Arc<ConfigMap>),
     Pod(Arc<Pod>),
     Tcp(Arc<Tcp>),
+    /// A `Backend`, `Defaults` or `Global` resource.
+    Resource(Arc<Resource>),
 }
 
 /// Why a document could not become an [`Object`].
@@ -225,6 +204,7 @@ impl Object {
             Object::ConfigMap(o) => of(o),
             Object::Pod(o) => of(o),
             Object::Tcp(o) => of(o),
+            Object::Resource(o) => of(o),
         }
     }
 
@@ -238,6 +218,7 @@ impl Object {
             Object::ConfigMap(_) => Kind::ConfigMap,
             Object::Pod(_) => Kind::Pod,
             Object::Tcp(_) => Kind::Tcp,
+            Object::Resource(o) => o.kind,
         }
     }
 
@@ -251,6 +232,7 @@ impl Object {
             Object::ConfigMap(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
             Object::Tcp(o) => &o.metadata,
+            Object::Resource(o) => &o.metadata,
         }
     }
 
@@ -291,7 +273,16 @@ impl Object {
             ("v1", "Secret") => Object::Secret(decode(value, "Secret")?),
             ("v1", "ConfigMap") => Object::ConfigMap(decode(value, "ConfigMap")?),
             ("v1", "Pod") => Object::Pod(decode(value, "Pod")?),
-            (TCP_API_VERSION, "TCP") => Object::Tcp(decode(value, "TCP")?),
+            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(value)?)),
+            (TCP_API_VERSION, "Backend") => {
+                Object::Resource(Arc::new(Resource::from_value(Kind::Backend, &value)?))
+            }
+            (TCP_API_VERSION, "Defaults") => {
+                Object::Resource(Arc::new(Resource::from_value(Kind::Defaults, &value)?))
+            }
+            (TCP_API_VERSION, "Global") => {
+                Object::Resource(Arc::new(Resource::from_value(Kind::Global, &value)?))
+            }
             _ => return Err(ParseError::UnsupportedKind(format!("{api_version}/{kind}"))),
         };
         object.normalize()?;
@@ -310,6 +301,7 @@ impl Object {
             Object::ConfigMap(o) => &mut Arc::make_mut(o).metadata,
             Object::Pod(o) => &mut Arc::make_mut(o).metadata,
             Object::Tcp(o) => &mut Arc::make_mut(o).metadata,
+            Object::Resource(o) => &mut Arc::make_mut(o).metadata,
         };
         meta.managed_fields = None;
         let name = meta
@@ -420,7 +412,7 @@ mod tests {
         let Object::Tcp(tcp) = Object::from_value(v).unwrap() else {
             panic!("not a TCP object")
         };
-        assert_eq!(tcp.spec[0].frontend.binds[0].port, 2053);
+        assert_eq!(tcp.spec[0].frontend.binds.entries[0].1.port, Some(2053));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
-use crate::objects::{EndpointSlice, Key, Kind, Object, Service, Tcp};
+use crate::objects::{EndpointSlice, Key, Kind, Object, Resource, Service, Tcp};
 
 /// An immutable view of the store.
 pub type Snapshot = Arc<Store>;
@@ -93,6 +93,9 @@ pub struct Store {
     config_maps: BTreeMap<Key, Arc<ConfigMap>>,
     pods: BTreeMap<Key, Arc<Pod>>,
     tcps: BTreeMap<Key, Arc<Tcp>>,
+    /// The incumbent's Backend, Defaults and Global resources, by kind (see
+    /// [`Store::resources_of`]).
+    resources: [BTreeMap<Key, Arc<Resource>>; 3],
     /// The address of every object held (see [`Object::address`]), so that [`Store::sync_to`]
     /// recognizes the objects it holds already without looking at their keys.
     addresses: HashSet<usize>,
@@ -171,6 +174,10 @@ impl Store {
             Object::ConfigMap(o) => put(&mut self.config_maps, a, key, o),
             Object::Pod(o) => put(&mut self.pods, a, key, o),
             Object::Tcp(o) => put(&mut self.tcps, a, key, o),
+            Object::Resource(o) => {
+                let at = resource_index(o.kind);
+                put(&mut self.resources[at], a, key, o);
+            }
         }
     }
 
@@ -231,6 +238,9 @@ impl Store {
             Kind::ConfigMap => self.config_maps.contains_key(key),
             Kind::Pod => self.pods.contains_key(key),
             Kind::Tcp => self.tcps.contains_key(key),
+            Kind::Backend | Kind::Defaults | Kind::Global => {
+                self.resources[resource_index(kind)].contains_key(key)
+            }
         }
     }
 
@@ -253,6 +263,10 @@ impl Store {
             Kind::ConfigMap => self.config_maps.get(key).cloned().map(Object::ConfigMap),
             Kind::Pod => self.pods.get(key).cloned().map(Object::Pod),
             Kind::Tcp => self.tcps.get(key).cloned().map(Object::Tcp),
+            Kind::Backend | Kind::Defaults | Kind::Global => self.resources[resource_index(kind)]
+                .get(key)
+                .cloned()
+                .map(Object::Resource),
         }
     }
 
@@ -276,6 +290,7 @@ impl Store {
             Object::ConfigMap(o) => same(&self.config_maps, key, o),
             Object::Pod(o) => same(&self.pods, key, o),
             Object::Tcp(o) => same(&self.tcps, key, o),
+            Object::Resource(o) => same(&self.resources[resource_index(o.kind)], key, o),
         }
     }
 
@@ -293,6 +308,9 @@ impl Store {
             Kind::ConfigMap => of(&self.config_maps),
             Kind::Pod => of(&self.pods),
             Kind::Tcp => of(&self.tcps),
+            Kind::Backend | Kind::Defaults | Kind::Global => {
+                of(&self.resources[resource_index(kind)])
+            }
         }
     }
 
@@ -316,6 +334,9 @@ impl Store {
             Kind::ConfigMap => take(&mut self.config_maps, a, key),
             Kind::Pod => take(&mut self.pods, a, key),
             Kind::Tcp => take(&mut self.tcps, a, key),
+            Kind::Backend | Kind::Defaults | Kind::Global => {
+                take(&mut self.resources[resource_index(kind)], a, key);
+            }
         }
     }
 
@@ -420,6 +441,16 @@ impl Store {
         self.tcps.iter()
     }
 
+    /// The incumbent's resource of `kind` (`Backend`, `Defaults` or `Global`) under `key`.
+    pub fn resource(&self, kind: Kind, key: &Key) -> Option<&Arc<Resource>> {
+        self.resources_of(kind).get(key)
+    }
+
+    /// Every resource of `kind` (`Backend`, `Defaults` or `Global`) held, by key.
+    pub fn resources_of(&self, kind: Kind) -> &BTreeMap<Key, Arc<Resource>> {
+        &self.resources[resource_index(kind)]
+    }
+
     /// Number of objects held, all kinds together.
     pub fn len(&self) -> usize {
         self.ingresses.len()
@@ -430,10 +461,21 @@ impl Store {
             + self.config_maps.len()
             + self.pods.len()
             + self.tcps.len()
+            + self.resources.iter().map(BTreeMap::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Which of [`Store`]'s resource maps holds `kind` (`Backend`, `Defaults` or `Global`; callers
+/// pass no other kind).
+fn resource_index(kind: Kind) -> usize {
+    match kind {
+        Kind::Defaults => 1,
+        Kind::Global => 2,
+        _ => 0,
     }
 }
 

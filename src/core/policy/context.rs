@@ -50,6 +50,9 @@ pub struct ValueSource {
     pub values: Arc<BTreeMap<String, String>>,
     /// Annotations carry a prefix; ConfigMap keys do not.
     pub prefixed: bool,
+    /// For a custom resource's settings: the field each came from (`spec.server_timeout`),
+    /// by setting name, which messages name instead of a key.
+    fields: Option<Arc<BTreeMap<String, String>>>,
     /// The values by name (a key's name is what follows its accepted prefix, or the whole
     /// key without one), in lookup order within a name: made once per source (its clones
     /// share it), as every read of every script looks names up here.
@@ -88,7 +91,27 @@ impl ValueSource {
             object,
             values,
             prefixed: true,
+            fields: None,
             settings,
+        }
+    }
+
+    /// The settings of one of the incumbent's resources (`Backend`, `Defaults`, `Global`):
+    /// read like ConfigMap keys, named in messages by their field.
+    pub fn resource(object: ObjectRef, resource: &crate::objects::Resource) -> Self {
+        let values = resource
+            .settings
+            .iter()
+            .map(|(k, f)| (k.clone(), f.value.clone()))
+            .collect();
+        let fields = resource
+            .settings
+            .iter()
+            .map(|(k, f)| (k.clone(), f.field.clone()))
+            .collect();
+        Self {
+            fields: Some(Arc::new(fields)),
+            ..Self::config_map(object, Arc::new(values))
         }
     }
 
@@ -103,6 +126,7 @@ impl ValueSource {
             object,
             values,
             prefixed: false,
+            fields: None,
             settings,
         }
     }
@@ -143,7 +167,11 @@ impl ValueSource {
                 .iter()
                 .take_while(|s| s.name() == name.as_str())
             {
-                hits.push((&*s.value, format!("{what} {}", s.key)));
+                let field = self.fields.as_ref().and_then(|f| f.get(s.name()));
+                hits.push(match field {
+                    Some(field) => (&*s.value, format!("field {field}")),
+                    None => (&*s.value, format!("{what} {}", s.key)),
+                });
             }
         }
         hits

@@ -170,7 +170,19 @@ fn check_name(name: &str) -> Result<String, String> {
     }
 }
 
-/// Every name the loaded scripts declare, with the objects each may come from.
+/// Names the core reads itself, not a script: the references to the incumbent's custom
+/// resources (`translate::incumbent_crs`).
+const CORE_READS: &[(&str, &[Kind])] = &[
+    (
+        "cr-backend",
+        &[Kind::Service, Kind::Ingress, Kind::ConfigMap],
+    ),
+    ("cr-defaults", &[Kind::ConfigMap]),
+    ("cr-global", &[Kind::ConfigMap]),
+];
+
+/// Every name the loaded scripts declare (and those of [`CORE_READS`]), with the objects
+/// each may come from.
 #[derive(Debug, Default)]
 pub struct Vocabulary {
     names: BTreeMap<String, Known>,
@@ -187,6 +199,14 @@ impl Vocabulary {
     /// The vocabulary of these declarations.
     pub fn new<'a>(reads: impl IntoIterator<Item = &'a Read>) -> Self {
         let mut names: BTreeMap<String, Known> = BTreeMap::new();
+        for (name, objects) in CORE_READS {
+            names.insert(
+                name.to_string(),
+                Known {
+                    objects: objects.to_vec(),
+                },
+            );
+        }
         for read in reads {
             for name in read.names() {
                 let known = names.entry(name.to_string()).or_default();

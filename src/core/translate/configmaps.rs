@@ -344,6 +344,7 @@ impl Translator<'_> {
                     alpn: Vec::new(),
                     crt_list: spec.ssl,
                     accept_proxy: spec.proxy,
+                    ..TcpBind::default()
                 })
                 .collect();
             for b in &binds {
@@ -354,6 +355,7 @@ impl Translator<'_> {
                 binds,
                 backend,
                 tcplog: true,
+                ..TcpService::default()
             });
         }
     }

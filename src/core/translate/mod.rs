@@ -11,11 +11,13 @@ pub mod configmaps;
 pub mod cookies;
 pub mod exposure;
 pub mod incremental;
+pub mod incumbent_crs;
 pub mod parts;
 pub mod peers;
 pub mod routes;
 pub mod slots;
 pub mod tcp;
+pub mod tcp_rules;
 pub mod tls;
 pub mod tls_edge;
 
@@ -195,12 +197,14 @@ pub fn translate_taking<'a>(
         inputs,
         policy,
         config_map: None,
+        resources: Vec::new(),
         owners: None,
     };
     let mut t = Translator::new(&ctx);
     t.incremental = incremental::Incremental::new(prior, carried);
     t.registered = Some(Vec::new());
     t.load_config_map();
+    t.ctx.resources = t.config_resources();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
             || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
@@ -208,7 +212,12 @@ pub fn translate_taking<'a>(
         );
         let ctx = HookContext::new(
             subject,
-            t.ctx.config_map.iter().cloned().collect(),
+            t.ctx
+                .resources
+                .iter()
+                .chain(&t.ctx.config_map)
+                .cloned()
+                .collect(),
             BTreeMap::new(),
         )
         .with_snippets(config.snippets);
@@ -286,6 +295,9 @@ pub struct Ctx<'a> {
     pub policy: &'a PolicyEngine,
     /// The controller ConfigMap as a source of values, when it exists.
     pub config_map: Option<ValueSource>,
+    /// The Global and Defaults resources it names (`cr-global`, `cr-defaults`), which take
+    /// precedence over its keys.
+    pub resources: Vec<ValueSource>,
     pub owners: Option<Arc<class::HostOwners>>,
 }
 
@@ -856,6 +868,7 @@ impl<'a> Translator<'a> {
             object.clone(),
             annotations.clone(),
         )];
+        sources.extend(self.ctx.resources.iter().cloned());
         sources.extend(self.ctx.config_map.iter().cloned());
         let route_object = Arc::new(object.clone());
 
@@ -1607,16 +1620,24 @@ impl<'a> Translator<'a> {
             service_annotations.keys(),
             &mut self.diags,
         );
-        let mut sources = vec![ValueSource::annotations(
+        // A Backend resource (`cr-backend`) takes precedence over the annotations, as in the
+        // incumbent; the annotations still fill in what it leaves unset.
+        let resource = self.backend_resource(
+            (&service_ref, &service_annotations),
+            build.ingress.as_ref().map(|(o, a)| (o, &**a)),
+        );
+        let mut sources: Vec<ValueSource> = resource.into_iter().collect();
+        sources.push(ValueSource::annotations(
             service_ref.clone(),
             Arc::new(service_annotations),
-        )];
+        ));
         if let Some((object, annotations)) = &build.ingress {
             sources.push(ValueSource::annotations(
                 object.clone(),
                 annotations.clone(),
             ));
         }
+        sources.extend(self.ctx.resources.iter().cloned());
         sources.extend(self.ctx.config_map.iter().cloned());
         let facts = BTreeMap::from([("port", build.port.number.to_string())]);
         let ctx = HookContext::new(service_ref, sources, facts).with_snippets(self.config.snippets);
