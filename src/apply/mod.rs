@@ -463,10 +463,7 @@ fn taken_binds(running: Option<&Applied>, new: &Applied) -> Vec<String> {
             if held.contains(&bind.port) {
                 continue;
             }
-            let Ok(ip) = bind.address.parse::<std::net::IpAddr>() else {
-                continue;
-            };
-            let addr = std::net::SocketAddr::new(ip, bind.port);
+            let addr = std::net::SocketAddr::new(bind.address, bind.port);
             if let Err(e) = std::net::TcpListener::bind(addr) {
                 if e.kind() == std::io::ErrorKind::AddrInUse {
                     taken.push(format!(

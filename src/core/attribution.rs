@@ -247,11 +247,17 @@ fn tcp_objects_with_frontend(frontend: &str, store: &Store) -> Vec<ObjectRef> {
 
 /// The TCP objects with a bind on `addr:port` (a wildcard bind of either side overlaps).
 fn owners_of_bind(addr: &str, port: u16, model: &Model, store: &Store) -> Vec<ObjectRef> {
-    let wildcard = |a: &str| a.is_empty() || a == "0.0.0.0" || a == "::" || a == "*";
+    // HAProxy names the address as it was written (`[::]`, `*`, empty for every address).
+    let ip = addr
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .filter(|ip| !ip.is_unspecified());
     let mut out = Vec::new();
     for service in &model.tcp {
         let hit = service.binds.iter().any(|b| {
-            b.port == port && (b.address == addr || wildcard(&b.address) || wildcard(addr))
+            b.port == port && ip.is_none_or(|ip| b.address == ip || b.address.is_unspecified())
         });
         if hit {
             if let Some(frontend) = service.frontend.strip_prefix("tcp_") {

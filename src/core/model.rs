@@ -171,11 +171,47 @@ pub struct TcpSwitch {
     pub condition: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+/// Where a listening socket binds, as far as collisions go: its address, and whether an IPv6
+/// wildcard leaves IPv4 to others (`v6only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BindAddress {
+    pub ip: IpAddr,
+    pub v6only: bool,
+}
+
+impl BindAddress {
+    pub fn new(ip: IpAddr, v6only: bool) -> Self {
+        BindAddress {
+            ip: ip.to_canonical(),
+            v6only,
+        }
+    }
+
+    /// Whether two sockets on one port collide: the same address, or a wildcard covering the
+    /// other. `::` covers IPv4 too unless `v6only`: HAProxy and the controller bind it
+    /// dual-stack under Linux's default `bindv6only=0`.
+    pub fn overlaps(self, other: BindAddress) -> bool {
+        fn covers(wild: BindAddress, other: BindAddress) -> bool {
+            match wild.ip {
+                IpAddr::V4(ip) => ip.is_unspecified() && other.ip.is_ipv4(),
+                IpAddr::V6(ip) => ip.is_unspecified() && (other.ip.is_ipv6() || !wild.v6only),
+            }
+        }
+        self.ip == other.ip || covers(self, other) || covers(other, self)
+    }
+}
+
+impl fmt::Display for BindAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.ip.fmt(f)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TcpBind {
     /// The bind's `name` (a word of HAProxy's name characters).
     pub name: Option<String>,
-    pub address: String,
+    pub address: IpAddr,
     pub port: u16,
     /// A PEM file named directly on the bind (`ssl crt <file>`).
     pub certificate: Option<CertPath>,
@@ -189,6 +225,28 @@ pub struct TcpBind {
     pub v6only: bool,
     /// `::` takes IPv4 connections too (`v4v6`).
     pub v4v6: bool,
+}
+
+impl TcpBind {
+    pub fn bind_address(&self) -> BindAddress {
+        BindAddress::new(self.address, self.v6only)
+    }
+}
+
+impl Default for TcpBind {
+    fn default() -> Self {
+        TcpBind {
+            name: None,
+            address: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            port: 0,
+            certificate: None,
+            alpn: Vec::new(),
+            crt_list: false,
+            accept_proxy: false,
+            v6only: false,
+            v4v6: false,
+        }
+    }
 }
 
 /// HAProxy peers: replicas sharing stick tables.
@@ -1296,6 +1354,31 @@ mod tests {
     use proptest::prelude::*;
 
     type Plain = Vec<Option<(Address, u16)>>;
+
+    #[test]
+    fn binds_overlap_as_linux_binds_them() {
+        let bind = |ip: &str, v6only: bool| BindAddress::new(ip.parse().unwrap(), v6only);
+        for (a, b, overlap) in [
+            (bind("0.0.0.0", false), bind("127.0.0.1", false), true),
+            (bind("::", false), bind("::1", false), true),
+            // `::` is dual-stack unless `v6only`.
+            (bind("::", false), bind("127.0.0.1", false), true),
+            (bind("::", false), bind("0.0.0.0", false), true),
+            (bind("::", true), bind("127.0.0.1", false), false),
+            (bind("::", true), bind("0.0.0.0", false), false),
+            (bind("::", true), bind("::", false), true),
+            (bind("0.0.0.0", false), bind("::1", false), false),
+            (bind("127.0.0.1", false), bind("127.0.0.2", false), false),
+            (
+                bind("::ffff:127.0.0.1", false),
+                bind("127.0.0.1", false),
+                true,
+            ),
+        ] {
+            assert_eq!(a.overlaps(b), overlap, "{a} {b}");
+            assert_eq!(b.overlaps(a), overlap, "{b} {a}");
+        }
+    }
 
     #[test]
     fn timeouts_are_named_and_ordered_as_haproxy_names_them() {

@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::ServiceBackendPort;
 
 use super::Translator;
 use crate::diagnostics::Severity;
-use crate::model::{ErrorFile, TcpBind, TcpService};
+use crate::model::{BindAddress, ErrorFile, TcpBind, TcpService};
 use crate::objects::{Key, Kind, ObjectRef};
 
 /// Status codes HAProxy 2.6 serves error pages for (`errorfile`).
@@ -132,39 +132,33 @@ pub fn parse_tcp_service(v: &str) -> Result<TcpServiceSpec, String> {
     Ok(spec)
 }
 
-/// Whether two binds on the same port overlap: the same address, or a wildcard of the same
-/// family (`0.0.0.0`, `::`; IPv6 binds are `v6only`).
-pub fn overlaps(a: &str, b: &str) -> bool {
-    let v6 = |x: &str| x.contains(':');
-    a == b || (v6(a) == v6(b) && (matches!(a, "0.0.0.0" | "::") || matches!(b, "0.0.0.0" | "::")))
-}
-
 impl Translator<'_> {
-    /// The addresses the HTTP, HTTPS and stats frontends bind, with their owner's name.
-    pub(super) fn listen_binds(&self) -> BTreeMap<(String, u16), String> {
+    /// The addresses the HTTP, HTTPS and stats frontends bind: the IPv4 one, and the IPv6 one
+    /// (`v6only`, beside the IPv4 one). An address that is not an IP binds nothing.
+    fn listen_addresses(&self) -> Vec<BindAddress> {
         let l = &self.config.listen;
-        let mut addresses = Vec::new();
-        if l.ipv4 {
-            addresses.push(l.ipv4_address.clone());
-        }
-        addresses.extend(l.ipv6_address.iter().cloned());
+        let ipv4 = l.ipv4.then_some(&l.ipv4_address).map(|a| (a, false));
+        let ipv6 = l.ipv6_address.as_ref().map(|a| (a, true));
+        ipv4.into_iter()
+            .chain(ipv6)
+            .filter_map(|(a, v6only)| Some(BindAddress::new(a.parse().ok()?, v6only)))
+            .collect()
+    }
+
+    /// The addresses the HTTP, HTTPS and stats frontends bind, with their owner's name.
+    pub(super) fn listen_binds(&self) -> BTreeMap<(BindAddress, u16), String> {
+        let l = &self.config.listen;
         let mut out = BTreeMap::new();
-        for address in addresses {
+        for address in self.listen_addresses() {
             if l.http {
-                out.insert(
-                    (address.clone(), l.http_port),
-                    "the HTTP frontend".to_string(),
-                );
+                out.insert((address, l.http_port), "the HTTP frontend".to_string());
             }
             if l.https {
-                out.insert(
-                    (address.clone(), l.https_port),
-                    "the HTTPS frontend".to_string(),
-                );
+                out.insert((address, l.https_port), "the HTTPS frontend".to_string());
             }
             if let Some(port) = l.stats_port {
                 out.insert(
-                    (address.clone(), port),
+                    (address, port),
                     "the stats frontend (--stats-bind-port)".to_string(),
                 );
             }
@@ -223,7 +217,7 @@ impl Translator<'_> {
         for service in &self.tcp_services {
             for bind in &service.binds {
                 taken.insert(
-                    (bind.address.clone(), bind.port),
+                    (bind.bind_address(), bind.port),
                     format!("frontend {}", service.frontend),
                 );
             }
@@ -256,7 +250,6 @@ impl Translator<'_> {
         }
         entries.sort();
         let tls_available = self.tls_entries_from_parts > 0 || self.default_certificate.is_some();
-        let l = self.config.listen.clone();
         for (port, field, value) in entries {
             let spec = match parse_tcp_service(&value) {
                 Ok(s) => s,
@@ -287,15 +280,11 @@ impl Translator<'_> {
                 );
                 continue;
             }
-            let mut addresses = Vec::new();
-            if l.ipv4 {
-                addresses.push(l.ipv4_address.clone());
-            }
-            addresses.extend(l.ipv6_address.iter().cloned());
+            let addresses = self.listen_addresses();
             let clash = addresses.iter().find_map(|a| {
                 taken
                     .iter()
-                    .find(|((b, p), _)| *p == port && overlaps(a, b))
+                    .find(|((b, p), _)| *p == port && a.overlaps(*b))
                     .map(|((b, _), owner)| format!("{b}:{port} is already bound by {owner}"))
             });
             if let Some(clash) = clash {
@@ -337,8 +326,8 @@ impl Translator<'_> {
             let binds: Vec<TcpBind> = addresses
                 .into_iter()
                 .map(|address| TcpBind {
-                    v6only: address.contains(':'),
-                    address,
+                    address: address.ip,
+                    v6only: address.v6only,
                     port,
                     certificate: None,
                     alpn: Vec::new(),
@@ -348,7 +337,7 @@ impl Translator<'_> {
                 })
                 .collect();
             for b in &binds {
-                taken.insert((b.address.clone(), port), format!("frontend {frontend}"));
+                taken.insert((b.bind_address(), port), format!("frontend {frontend}"));
             }
             self.tcp_services.push(TcpService {
                 frontend,
@@ -412,13 +401,5 @@ mod tests {
         ] {
             assert!(parse_tcp_service(bad).is_err(), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn wildcards_overlap_within_a_family() {
-        assert!(overlaps("0.0.0.0", "127.0.0.1"));
-        assert!(overlaps("::", "::1"));
-        assert!(!overlaps("::", "127.0.0.1"));
-        assert!(!overlaps("127.0.0.1", "127.0.0.2"));
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::networking::v1::ServiceBackendPort;
 
 use super::{Translator, tcp_rules};
 use crate::diagnostics::Severity;
-use crate::model::{TcpAcl, TcpBind, TcpService, TcpSwitch};
+use crate::model::{BindAddress, TcpAcl, TcpBind, TcpService, TcpSwitch};
 use crate::objects::{Key, Kind, ObjectRef, Tcp};
 
 /// ALPN protocol names: letters, digits, '.', '-', '/' (e.g. `h2`, `http/1.1`).
@@ -48,36 +48,25 @@ fn parse_name(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
-/// Whether two bind addresses (canonical text) take the same port: equal, or one is a
-/// wildcard of the other's family. `::` also covers IPv4, as HAProxy binds it (`v4v6`) on
-/// Linux's default `bindv6only=0`.
-fn overlaps(a: &str, b: &str) -> bool {
-    let v6 = |x: &str| x.contains(':');
-    let covers = |wild: &str, other: &str| match wild {
-        "0.0.0.0" => !v6(other),
-        "::" => true,
-        _ => false,
-    };
-    a == b || covers(a, b) || covers(b, a)
-}
-
 impl Translator<'_> {
     /// Addresses HAProxy's own frontends and the controller hold, with their owner's name:
     /// the HTTP, HTTPS and stats frontends, the peers listener (on every address, when this
     /// controller has an identity) and the admin and debug listeners.
-    pub(super) fn reserved_binds(&self) -> BTreeMap<(String, u16), String> {
+    pub(super) fn reserved_binds(&self) -> BTreeMap<(BindAddress, u16), String> {
         let mut out = self.listen_binds();
         if self.config.identity.pod_name.is_some() {
-            for any in ["0.0.0.0", "::"] {
+            // `::` without `v6only`: every address of both families.
+            let any = BindAddress::new(IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), false);
+            {
                 out.insert(
-                    (any.to_string(), self.config.identity.peer_port),
+                    (any, self.config.identity.peer_port),
                     "the peers listener (--localpeer-port)".to_string(),
                 );
             }
         }
         for listener in self.config.exposure.endpoints.own_listeners.iter() {
             out.insert(
-                (listener.ip().to_canonical().to_string(), listener.port()),
+                (BindAddress::new(listener.ip(), false), listener.port()),
                 format!("this controller's admin endpoint ({listener})"),
             );
         }
@@ -88,7 +77,7 @@ impl Translator<'_> {
     pub(super) fn tcp_objects(&mut self, objects: &[(&Key, &Arc<Tcp>)]) {
         // Frontend names and bind addresses already taken, and by whom.
         let mut names: BTreeMap<String, ObjectRef> = BTreeMap::new();
-        let mut addresses: BTreeMap<(String, u16), String> = self.reserved_binds();
+        let mut addresses: BTreeMap<(BindAddress, u16), String> = self.reserved_binds();
         for (key, tcp) in objects {
             let object = ObjectRef::new(Kind::Tcp, key);
             for path in &tcp.unread {
@@ -147,7 +136,7 @@ impl Translator<'_> {
                     .into_iter()
                     .map(|(b, bfield)| {
                         addresses
-                            .insert((b.address.clone(), b.port), format!("{object} ({bfield})"));
+                            .insert((b.bind_address(), b.port), format!("{object} ({bfield})"));
                         b
                     })
                     .collect();
@@ -175,7 +164,7 @@ impl Translator<'_> {
         key: &Key,
         entry: &crate::objects::TcpService,
         field: &str,
-        taken: &BTreeMap<(String, u16), String>,
+        taken: &BTreeMap<(BindAddress, u16), String>,
     ) -> Option<Vec<(TcpBind, String)>> {
         let mut binds: Vec<(TcpBind, String)> = Vec::new();
         let list = &entry.frontend.binds;
@@ -471,31 +460,31 @@ impl Translator<'_> {
         key: &Key,
         name: Option<&str>,
         bind: &crate::objects::TcpBind,
-        taken: &BTreeMap<(String, u16), String>,
+        taken: &BTreeMap<(BindAddress, u16), String>,
     ) -> Result<TcpBind, String> {
         let name = name
             .map(tcp_rules::parse_haproxy_name)
             .transpose()
             .map_err(|e| format!("name: {e}; bind skipped"))?;
         let address = match bind.address.as_deref().filter(|a| !a.is_empty()) {
-            None => self.config.listen.ipv4_address.clone(),
-            Some(a) => a
-                .parse::<IpAddr>()
-                .map_err(|_| {
-                    format!(
-                        "address {} is not an IP address; bind skipped",
-                        super::exposure::brief(a)
-                    )
-                })?
-                .to_canonical()
-                .to_string(),
+            None => &self.config.listen.ipv4_address,
+            Some(a) => a,
         };
+        let address = address
+            .parse::<IpAddr>()
+            .map_err(|_| {
+                format!(
+                    "address {} is not an IP address; bind skipped",
+                    super::exposure::brief(address)
+                )
+            })?
+            .to_canonical();
         let port = match bind.port {
             Some(p @ 1..=65535) => u16::try_from(p).unwrap_or_default(),
             Some(p) => return Err(format!("port {p} is not a port; bind skipped")),
             None => return Err("port is missing; bind skipped".to_string()),
         };
-        let v6 = address.contains(':');
+        let v6 = address.is_ipv6();
         let v4v6 = bind.v4v6.unwrap_or(false);
         let v6only = bind.v6only.unwrap_or(false);
         if (v4v6 || v6only) && !v6 {
@@ -506,10 +495,10 @@ impl Translator<'_> {
         if v4v6 && v6only {
             return Err("v4v6 and v6only contradict each other; bind skipped".to_string());
         }
-        let clash = taken.iter().find(|((a, p), _)| {
-            // `v6only` on `::` leaves IPv4 free.
-            *p == port && overlaps(a, &address) && (!v6only || a.contains(':'))
-        });
+        let this = BindAddress::new(address, v6only);
+        let clash = taken
+            .iter()
+            .find(|((a, p), _)| *p == port && this.overlaps(*a));
         if let Some((_, owner)) = clash {
             return Err(format!(
                 "{address}:{port} is already bound by {owner}; bind skipped"
