@@ -709,7 +709,7 @@ fn bench_manifests(endpoints: &[SocketAddr], api: SocketAddr, paths: usize) -> S
         api.ip()
     );
     format!(
-        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: bench, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: bench.local\n    http:\n      paths:\n{rules}---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n{slices}"
+        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: portcullis}}\nspec: {{controller: portcullis.io/ingress}}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: bench, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: bench.local\n    http:\n      paths:\n{rules}---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n{slices}"
     )
 }
 

@@ -376,6 +376,20 @@ pub struct PipelineArgs {
     /// Serve HAProxy's stats page (`/`) and Prometheus exporter (`/metrics`) on this port.
     #[arg(long, env = "PORTCULLIS_STATS_BIND_PORT")]
     pub stats_bind_port: Option<u16>,
+    /// HAProxy answers `GET /healthz` with 200 on this port, for load balancers that probe
+    /// the data plane (the controller's own probes stay on --admin-addr).
+    #[arg(long, env = "PORTCULLIS_HEALTHZ_BIND_PORT")]
+    pub healthz_bind_port: Option<u16>,
+    /// Accepted for the incumbent's command lines, with a warning: this HAProxy build has no
+    /// QUIC (HTTP/3), so HTTPS is served over TCP only.
+    #[arg(long, env = "PORTCULLIS_QUIC_BIND_PORT")]
+    pub quic_bind_port: Option<u16>,
+    /// Accepted with a warning, as --quic-bind-port.
+    #[arg(long, env = "PORTCULLIS_QUIC_ANNOUNCE_PORT")]
+    pub quic_announce_port: Option<u16>,
+    /// Accepted (QUIC is always off).
+    #[arg(long, env = "PORTCULLIS_DISABLE_QUIC")]
+    pub disable_quic: bool,
     /// Who may route a host: `shared` (any Ingress of the class; the oldest wins a path) or
     /// `namespace` (a host belongs to the namespace of its oldest Ingress; rules and TLS hosts
     /// for it from other namespaces are refused).
@@ -407,6 +421,20 @@ fn host_ownership(v: &str) -> Result<crate::translate::class::HostOwnership, Str
 }
 
 impl PipelineArgs {
+    /// Warnings about flags that are accepted but change nothing.
+    pub fn ignored_flags(&self) -> Vec<String> {
+        [
+            ("--quic-bind-port", self.quic_bind_port.is_some()),
+            ("--quic-announce-port", self.quic_announce_port.is_some()),
+        ]
+        .into_iter()
+        .filter(|(_, given)| *given)
+        .map(|(flag, _)| {
+            format!("{flag} is ignored: this HAProxy has no QUIC (HTTP/3); HTTPS is served over TCP only")
+        })
+        .collect()
+    }
+
     /// What tenants' objects may point at; the cluster source and the controller's own
     /// listeners are added by `run` (see [`crate::controller`]).
     pub fn exposure(&self) -> crate::translate::exposure::Exposure {
@@ -439,6 +467,7 @@ impl PipelineArgs {
                 http: !self.disable_http,
                 https: !self.disable_https,
                 stats_port: self.stats_bind_port,
+                healthz_port: self.healthz_bind_port,
             },
             runtime_socket: None,
             identity: crate::translate::peers::Identity {

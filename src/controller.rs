@@ -579,6 +579,8 @@ struct CertificatesInForce {
     tls: Option<Arc<crate::model::Tls>>,
     by_secret: Arc<std::collections::BTreeMap<crate::objects::Key, crate::model::PemFile>>,
     refused: Arc<std::collections::BTreeMap<crate::model::CertPath, String>>,
+    /// The ConfigMap's cipher lists HAProxy refused, left out while they keep that value.
+    refused_tls_keys: Arc<crate::policy::global_keys::RefusedTlsKeys>,
 }
 
 impl CertificatesInForce {
@@ -608,6 +610,7 @@ impl CertificatesInForce {
             previous_certificates: self.by_secret.clone(),
             external_names: None,
             refused_certificates: self.refused.clone(),
+            refused_tls_keys: self.refused_tls_keys.clone(),
         }
     }
 
@@ -626,6 +629,25 @@ impl CertificatesInForce {
             return false;
         }
         Arc::make_mut(&mut self.refused).extend(named);
+        true
+    }
+
+    /// Notes the cipher lists of `global` that HAProxy's check `messages` name. Whether there
+    /// were any new ones.
+    fn refuse_tls_keys(
+        &mut self,
+        global: &crate::model::GlobalSettings,
+        messages: &[String],
+    ) -> bool {
+        let named = crate::policy::global_keys::refused_tls_keys(global, messages);
+        let new: Vec<_> = named
+            .into_iter()
+            .filter(|(key, v)| self.refused_tls_keys.get(key) != Some(v))
+            .collect();
+        if new.is_empty() {
+            return false;
+        }
+        Arc::make_mut(&mut self.refused_tls_keys).extend(new);
         true
     }
 
@@ -783,6 +805,11 @@ async fn apply_output(
     // applied. This outcome is not reported: the next run's is.
     if let Err(ApplyError::CheckRejected(messages)) = &result {
         if in_force.refuse(&output.model.tls, messages) {
+            return Ok(true);
+        }
+        // Likewise a cipher list the linked OpenSSL matches nothing with: the next run
+        // leaves that key out and reports it on the ConfigMap.
+        if in_force.refuse_tls_keys(&output.model.global, messages) {
             return Ok(true);
         }
     }

@@ -100,6 +100,9 @@ fn main() -> ExitCode {
         }
         Command::Run(args) => {
             init_logging(&args.haproxy.log_level, args.haproxy.log_format);
+            for warning in args.pipeline.ignored_flags() {
+                tracing::warn!("{warning}");
+            }
             let config = run_config(&args);
             block_on(controller::run(config))
         }
@@ -372,6 +375,9 @@ impl portcullis::admin::LogControl for ReloadableFilter {
 
 /// Loads manifests, scripts and templates and runs the pipeline, printing diagnostics.
 fn run_pipeline(manifests: &std::path::Path, args: &PipelineArgs) -> Result<Output, ExitCode> {
+    for warning in args.ignored_flags() {
+        eprintln!("warning: {warning}");
+    }
     let pipeline = portcullis::source::site::load_pipeline(
         args.scripts_dir.as_deref(),
         args.templates_dir.as_deref(),

@@ -51,6 +51,11 @@ fn ingress(
 
 fn store() -> Store {
     Store::from_objects([
+        Object::from_value(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}}),
+        )
+        .unwrap(),
         service("victim", "web"),
         ingress("victim", "site", "victim.example", "web", json!({})),
         service("evil", "web"),

@@ -123,6 +123,8 @@ fn object(v: Value) -> Object {
 /// The cluster's objects; endpoints are ordered and split into slices by `rng`.
 fn objects(c: &Cluster, rng: &mut Rng) -> Vec<Object> {
     let mut out: Vec<Object> = c.ingresses.iter().cloned().map(object).collect();
+    // The IngressClass the Ingresses name: without it they are not served.
+    out.push(object(json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}})));
     for (name, endpoints) in &c.services {
         // svc1's paths are canary routes (route-acl).
         let annotations = if name == "svc1" {

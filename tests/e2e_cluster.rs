@@ -42,6 +42,8 @@ impl Cluster {
             .unwrap();
         let server =
             Arc::new(rt.block_on(builder.bookmark_interval(Duration::from_secs(1)).start()));
+        // The IngressClass the Ingresses of the tests name: without it they are not served.
+        server.apply_yaml(INGRESS_CLASS);
         Self { rt, server }
     }
 

@@ -462,6 +462,7 @@ impl Cluster {
                 .bookmark_interval(Duration::from_secs(1))
                 .start(),
         );
+        server.apply_yaml(INGRESS_CLASS);
         Self { _rt: rt, server }
     }
 

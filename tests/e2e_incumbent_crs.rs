@@ -193,6 +193,8 @@ fn cluster(
         ));
     }
     let server = std::sync::Arc::new(rt.block_on(builder.start()));
+    // The IngressClass the Ingresses name: without it they are not served.
+    server.apply_yaml(INGRESS_CLASS);
     let (a, b) = (h.echo("web-a"), h.echo("web-b"));
     server.apply_yaml(&format!(
         "{}---\n{}---\n{}",

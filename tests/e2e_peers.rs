@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use portcullis::tools::demo::{EchoServer, spawn_echo};
 use support::{
-    APPLY_TIMEOUT, Answer, Proc, START_TIMEOUT, free_port, holds_for, http_get, ingress, log_tail,
-    parse_show_proc, poll, route, service, socket_command, stop_run, wait_until, with_metadata,
-    write_atomically,
+    APPLY_TIMEOUT, Answer, INGRESS_CLASS, Proc, START_TIMEOUT, free_port, holds_for, http_get,
+    ingress, log_tail, parse_show_proc, poll, route, service, socket_command, stop_run, wait_until,
+    with_metadata, write_atomically,
 };
 
 /// Namespace of the application objects.
@@ -231,6 +231,8 @@ impl Replica {
         for sub in ["m", "c", "r"] {
             std::fs::create_dir(root.path().join(sub)).expect("creating a directory");
         }
+        // The IngressClass the Ingresses name: without it they are not served.
+        write_atomically(&root.path().join("m/00-ingressclass.yaml"), INGRESS_CLASS);
         Self {
             root,
             label,

@@ -19,8 +19,8 @@ use std::time::Duration;
 use apiserver::ApiServer;
 
 use support::{
-    APPLY_TIMEOUT, Harness, annotated, annotated_site, endpoint_slices, ingress, route, service,
-    wait_until,
+    APPLY_TIMEOUT, Harness, INGRESS_CLASS, annotated, annotated_site, endpoint_slices, ingress,
+    route, service, wait_until,
 };
 
 const NS: &str = "forms";
@@ -259,6 +259,8 @@ fn an_unknown_annotation_becomes_an_event_with_a_suggestion() {
         ),
     );
     let mut h = Harness::new();
+    // The IngressClass the Ingress names: without it, it is not served.
+    server.apply_yaml(INGRESS_CLASS);
     server.apply_yaml(&h.backend(NS, "web"));
     server.apply_yaml(&annotated(
         &ingress(

@@ -191,7 +191,11 @@ proptest! {
     fn every_valid_tenant_keeps_its_routes(tenants in prop::collection::vec(tenant(), 2..6)) {
         let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
         let store = Store::from_objects(
-            tenants.iter().enumerate().flat_map(|(i, t)| objects(i, t.as_ref())),
+            tenants
+                .iter()
+                .enumerate()
+                .flat_map(|(i, t)| objects(i, t.as_ref()))
+                .chain([Object::from_value(json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}})).unwrap()]),
         );
         let output = applied(&pipeline, store).unwrap();
         for (i, t) in tenants.iter().enumerate() {

@@ -90,6 +90,12 @@ fn object(v: serde_json::Value) -> Object {
     Object::from_value(v).unwrap()
 }
 
+/// `objects` and the IngressClass their Ingresses name (without it they are not served).
+fn with_class(mut objects: Vec<Object>) -> Vec<Object> {
+    objects.push(object(json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}})));
+    objects
+}
+
 fn service(name: &str, annotations: serde_json::Value) -> Vec<Object> {
     vec![
         object(json!({
@@ -270,7 +276,9 @@ fn pipeline() -> Pipeline {
 #[test]
 fn hostile_values_are_refused_named_and_contained() {
     let (objects, expected, good_hosts) = hostile_cluster();
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
 
     // 1. Nothing hostile in any output file, but as quoted text where text is accepted.
     for (name, bytes) in output.rendered.files() {
@@ -332,7 +340,9 @@ fn a_script_cannot_smuggle_raw_text_past_the_settings_parser() {
     config.config_map = None;
     let pipeline = portcullis::source::site::load_pipeline(Some(dir.path()), None, config).unwrap();
     let (objects, _, _) = hostile_cluster();
-    let output = pipeline.run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     for (name, bytes) in output.rendered.files() {
         let text = String::from_utf8_lossy(&bytes.bytes()).into_owned();
         for line in text.lines().filter(|l| l.contains("PWN")) {
@@ -474,7 +484,9 @@ fn regexes_are_checked_with_pcre2_as_haproxy_compiles_them() {
             "web",
         ));
     }
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     for (object, field) in &expected {
         let found = diagnostics
@@ -600,7 +612,7 @@ fn snippets_outside_the_allowlist_are_refused_and_named() {
         "key global-config-snippet".to_string(),
     ));
     let output = pipeline_with_snippets()
-        .run(&Store::from_objects(objects))
+        .run(&Store::from_objects(with_class(objects)))
         .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     for (object, field) in &expected {
@@ -673,7 +685,9 @@ fn values_and_totals_are_bounded() {
         )
         .collect();
     objects.push(ingress("many", json!({}), json!(rules), json!([]), "web"));
-    let output = pipeline().run(&Store::from_objects(objects)).unwrap();
+    let output = pipeline()
+        .run(&Store::from_objects(with_class(objects)))
+        .unwrap();
     let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
     let last = values::MAX_HOSTS_PER_INGRESS;
     let on_many: Vec<&String> = diagnostics
@@ -953,7 +967,7 @@ fn what_the_snippet_allowlists_name_haproxy_accepts() {
         }
     })));
     let output = pipeline_with_snippets()
-        .run(&Store::from_objects(objects))
+        .run(&Store::from_objects(with_class(objects)))
         .unwrap();
     let config = haproxy_cfg(&output);
     for line in GLOBAL_SNIPPET_LINES

@@ -333,6 +333,13 @@ fn a_stream_of_ingress_changes_gets_a_full_run_now_and_then() {
 fn a_backend_takes_the_annotations_of_its_first_registration() {
     let manifests = r#"
 apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: portcullis
+spec:
+  controller: portcullis.io/ingress
+---
+apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: older

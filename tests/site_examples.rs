@@ -28,6 +28,7 @@ fn tls_ingress(name: &str, host: &str, annotations: &serde_json::Value) -> Objec
 #[test]
 fn the_documented_site_scripts_work() {
     let objects = vec![
+        Object::from_value(json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass", "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}})).unwrap(),
         Object::from_value(json!({"apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "web", "namespace": "corp"}, "spec": {"ports": [{"port": 80}]}}))
         .unwrap(),

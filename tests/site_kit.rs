@@ -56,6 +56,13 @@ endpoints:
     conditions: {{ready: true}}
 ---
 apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: portcullis
+spec:
+  controller: portcullis.io/ingress
+---
+apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
   name: web

@@ -46,7 +46,12 @@ fn site(name: &str, service: serde_json::Value, ingress: serde_json::Value) -> V
     ]
 }
 
-fn run(objects: Vec<Object>) -> Output {
+fn run(mut objects: Vec<Object>) -> Output {
+    // The IngressClass the Ingresses name: without it they are not served.
+    objects.push(object(json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}
+    })));
     Pipeline::load(None, None, TranslateConfig::default())
         .unwrap()
         .run(&Store::from_objects(objects))
@@ -251,7 +256,12 @@ fn a_site_scripts_declarations_extend_the_known_names() {
             TranslateConfig::default(),
         )
         .map_err(|e| format!("{e:?}"))?;
-        let output = pipeline.run(&Store::from_objects(objects())).unwrap();
+        let mut objects = objects();
+        objects.push(object(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "portcullis"}, "spec": {"controller": "portcullis.io/ingress"}
+        })));
+        let output = pipeline.run(&Store::from_objects(objects)).unwrap();
         Ok::<Vec<String>, String>(output.diagnostics.iter().map(ToString::to_string).collect())
     };
     let declared = warnings(

@@ -454,6 +454,7 @@ fn taken_binds(running: Option<&Applied>, new: &Applied) -> Vec<String> {
                 .flat_map(|t| t.binds.iter().map(|b| b.port))
                 .chain([listen.http_port, listen.https_port])
                 .chain(listen.stats_port)
+                .chain(listen.healthz_port)
                 .collect()
         })
         .unwrap_or_default();

@@ -236,6 +236,12 @@ mod tests {
     #[test]
     fn updates_only_our_ingresses_that_differ() {
         let store = Store::from_objects([
+            Object::from_value(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                "metadata": {"name": "haproxy"},
+                "spec": {"controller": "haproxy.org/ingress-controller"}}),
+            )
+            .unwrap(),
             ingress("current", Some("haproxy"), json!([{"ip": "192.0.2.1"}])),
             ingress("stale", Some("haproxy"), json!([{"ip": "192.0.2.9"}])),
             ingress("new", Some("haproxy"), json!(null)),
@@ -257,6 +263,12 @@ mod tests {
     #[test]
     fn no_address_clears_ours_and_skips_empty_ones() {
         let store = Store::from_objects([
+            Object::from_value(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                "metadata": {"name": "haproxy"},
+                "spec": {"controller": "haproxy.org/ingress-controller"}}),
+            )
+            .unwrap(),
             ingress("has", Some("haproxy"), json!([{"ip": "192.0.2.1"}])),
             ingress("empty", Some("haproxy"), json!([])),
             ingress("none", Some("haproxy"), json!(null)),

@@ -317,6 +317,9 @@ pub struct Listen {
     pub https: bool,
     /// HAProxy's stats page and Prometheus exporter (`--stats-bind-port`).
     pub stats_port: Option<u16>,
+    /// A frontend of HAProxy's own answering `/healthz` (`--healthz-bind-port`), so that load
+    /// balancers probe the data plane itself.
+    pub healthz_port: Option<u16>,
 }
 
 impl Default for Listen {
@@ -331,6 +334,7 @@ impl Default for Listen {
             http: true,
             https: true,
             stats_port: None,
+            healthz_port: None,
         }
     }
 }
@@ -445,6 +449,102 @@ pub struct GlobalSettings {
     /// Client addresses allowed to send a PROXY protocol header to the HTTP and HTTPS
     /// frontends (`proxy-protocol`), canonical CIDR blocks.
     pub proxy_protocol: Vec<String>,
+    /// `ssl-default-bind-options` of the HTTPS binds (`ssl-default-bind-options`).
+    pub ssl_bind_options: TlsBindOptions,
+    /// `ssl-default-bind-ciphers`: the OpenSSL cipher list for TLS 1.2 and below, checked by
+    /// [`crate::policy::global_keys::parse_cipher_list`]; none: OpenSSL's default.
+    pub ssl_ciphers: Option<String>,
+    /// `ssl-default-bind-ciphersuites`: TLS 1.3 suites; none: OpenSSL's default.
+    pub ssl_ciphersuites: Option<String>,
+}
+
+/// A TLS protocol version, written as HAProxy's `ssl-min-ver` takes it. Ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum TlsVersion {
+    #[serde(rename = "SSLv3")]
+    Ssl3,
+    #[serde(rename = "TLSv1.0")]
+    Tls10,
+    #[serde(rename = "TLSv1.1")]
+    Tls11,
+    #[serde(rename = "TLSv1.2")]
+    Tls12,
+    #[serde(rename = "TLSv1.3")]
+    Tls13,
+}
+
+impl TlsVersion {
+    pub const ALL: [TlsVersion; 5] = [
+        TlsVersion::Ssl3,
+        TlsVersion::Tls10,
+        TlsVersion::Tls11,
+        TlsVersion::Tls12,
+        TlsVersion::Tls13,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Ssl3 => "SSLv3",
+            TlsVersion::Tls10 => "TLSv1.0",
+            TlsVersion::Tls11 => "TLSv1.1",
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+        }
+    }
+
+    /// The older option that disables this version (`no-tlsv10`).
+    pub fn no_option(self) -> &'static str {
+        match self {
+            TlsVersion::Ssl3 => "no-sslv3",
+            TlsVersion::Tls10 => "no-tlsv10",
+            TlsVersion::Tls11 => "no-tlsv11",
+            TlsVersion::Tls12 => "no-tlsv12",
+            TlsVersion::Tls13 => "no-tlsv13",
+        }
+    }
+}
+
+/// The TLS options of the HTTPS binds (`ssl-default-bind-options`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TlsBindOptions {
+    /// `ssl-min-ver` (default TLSv1.2).
+    pub min_version: TlsVersion,
+    /// `ssl-max-ver`; none: the newest the library has.
+    pub max_version: Option<TlsVersion>,
+    /// `no-tls-tickets`.
+    pub no_tls_tickets: bool,
+    /// `prefer-client-ciphers`.
+    pub prefer_client_ciphers: bool,
+}
+
+impl Default for TlsBindOptions {
+    /// What the HTTPS binds get without the key: TLSv1.2 and up, session tickets off (their
+    /// keys would never rotate).
+    fn default() -> Self {
+        Self {
+            min_version: TlsVersion::Tls12,
+            max_version: None,
+            no_tls_tickets: true,
+            prefer_client_ciphers: false,
+        }
+    }
+}
+
+impl std::fmt::Display for TlsBindOptions {
+    /// As `ssl-default-bind-options` writes it, which [`crate::policy::global_keys`] parses.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ssl-min-ver {}", self.min_version.as_str())?;
+        if let Some(max) = self.max_version {
+            write!(f, " ssl-max-ver {}", max.as_str())?;
+        }
+        if self.no_tls_tickets {
+            f.write_str(" no-tls-tickets")?;
+        }
+        if self.prefer_client_ciphers {
+            f.write_str(" prefer-client-ciphers")?;
+        }
+        Ok(())
+    }
 }
 
 /// The routing maps. Keys are `host` + `path` (`host` empty for rules without a host, `*.`
@@ -907,11 +1007,17 @@ pub struct BackendSettings {
     pub check_interval_ms: Option<u64>,
     /// `timeout <name> <ms>` inside the backend.
     pub timeouts: Timeouts,
+    /// `maxconn` on `default-server`: this replica's share of `pod_maxconn`.
     pub maxconn: Option<u32>,
+    /// `pod-maxconn` as configured, for all replicas together (set by translation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_maxconn: Option<u32>,
     pub server_ssl: bool,
     /// `h2` to speak HTTP/2 to the pods.
     pub server_proto: Option<String>,
     pub forwarded_for: bool,
+    /// `option abortonclose`: a request whose client has gone is not sent to a pod.
+    pub abortonclose: bool,
     /// Server slots come in blocks of this size.
     pub slots_block: u32,
     /// `stick on src` with a stick table (shared with the peers when there are any).
@@ -945,9 +1051,11 @@ impl Default for BackendSettings {
             check_interval_ms: None,
             timeouts: Timeouts::new(),
             maxconn: None,
+            pod_maxconn: None,
             server_ssl: false,
             server_proto: None,
             forwarded_for: false,
+            abortonclose: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
             source_persistence: None,
             cookie_persistence: None,
@@ -1104,6 +1212,43 @@ pub struct FrontendRules {
     /// Some route leads to the built-in `portcullis_unavailable` backend (503: its Service or
     /// Service port does not exist), which is rendered only then.
     pub unavailable_routes: bool,
+    /// Access lists of `ssl-passthrough` hosts, applied in the passthrough frontend (HAProxy
+    /// sees no request there, only the TLS server name and the client's address). Sorted by
+    /// host; hosts without a list are not here.
+    pub passthrough_access: Vec<PassthroughAccess>,
+    /// `ssl-redirect` targets with an explicit HTTPS port (`ssl-redirect-port`), one frontend
+    /// rule each; the ssl-redirect map's value for their hosts is `<code>:<port>`. Redirects
+    /// without a port are `redirect_codes`.
+    pub ssl_redirect_ports: Vec<RedirectPort>,
+}
+
+/// An HTTP→HTTPS redirect to a port of its own: `https://<host>:<port><uri>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RedirectPort {
+    pub code: u16,
+    pub port: u16,
+}
+
+impl RedirectPort {
+    /// The ssl-redirect map value of its hosts.
+    pub fn map_value(&self) -> String {
+        format!("{}:{}", self.code, self.port)
+    }
+}
+
+/// Who may open TLS connections to one `ssl-passthrough` host: the connections of everyone
+/// else are closed before a byte reaches the pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PassthroughAccess {
+    /// The exact TLS server name (a validated host, no wildcard).
+    pub host: String,
+    /// Only these addresses and CIDR blocks get through (`allow-list`); empty: no such rule.
+    pub allow_list: Vec<String>,
+    /// These do not (`deny-list`).
+    pub deny_list: Vec<String>,
+    /// A bad access-list value: nobody gets through (fail closed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_all: Option<DenyAll>,
 }
 
 /// One capture slot of both frontends.
@@ -1267,7 +1412,39 @@ pub struct PemFile {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct CrtListEntry {
     pub path: CertPath,
+    /// TLS options of these names (`ssl-min-ver`, `ciphers`, `ciphersuites` in brackets);
+    /// none: the binds' defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub options: Option<HostTls>,
     pub sni: Vec<String>,
+}
+
+/// The TLS options of one Ingress' TLS hosts, from its annotations (`ssl-min-ver`,
+/// `ssl-ciphers`, `ssl-ciphersuites`): written on their crt-list line.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct HostTls {
+    pub min_version: Option<TlsVersion>,
+    /// Checked by [`crate::policy::global_keys::parse_cipher_list`].
+    pub ciphers: Option<String>,
+    /// Checked by [`crate::policy::global_keys::parse_ciphersuites`].
+    pub ciphersuites: Option<String>,
+}
+
+impl HostTls {
+    /// The bracketed options of a crt-list line (`[ssl-min-ver TLSv1.3 ciphers …]`).
+    pub fn crt_list_options(&self) -> String {
+        let mut words = Vec::new();
+        if let Some(v) = self.min_version {
+            words.push(format!("ssl-min-ver {}", v.as_str()));
+        }
+        if let Some(c) = &self.ciphers {
+            words.push(format!("ciphers {c}"));
+        }
+        if let Some(c) = &self.ciphersuites {
+            words.push(format!("ciphersuites {c}"));
+        }
+        format!("[{}]", words.join(" "))
+    }
 }
 
 /// The name of a file made from a Secret (a certificate, a CA bundle), with that Secret:

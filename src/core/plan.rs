@@ -235,12 +235,16 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         route_maps.sni = old.model.maps.sni.clone();
     }
     let codes = &old.model.redirect_codes;
+    let ported = &old.model.frontend_rules.ssl_redirect_ports;
     route_maps.ssl_redirect = new
         .model
         .maps
         .ssl_redirect
         .iter()
-        .filter(|e| codes.iter().any(|c| c.to_string() == *e.value))
+        .filter(|e| {
+            codes.iter().any(|c| c.to_string() == *e.value)
+                || ported.iter().any(|p| p.map_value() == *e.value)
+        })
         .cloned()
         .collect();
     let target = Applied::with_structure_of(model.clone(), new.rendered.clone(), old);
@@ -458,6 +462,7 @@ fn blank_runtime_parts(model: &Model, previous: Option<&Applied>) -> Model {
                     "certs/placeholder.pem".to_string(),
                     crate::objects::Key::new("", "placeholder"),
                 ),
+                options: None,
                 sni: Vec::new(),
             }]
         } else {
@@ -740,6 +745,13 @@ fn certificates(a: &Tls, b: &Tls, plan: &mut Plan) {
         .iter()
         .filter(|e| !b.crt_list.contains(e))
         .collect();
+    // Lines with TLS options of their own are written by a reload: the runtime commands
+    // here add plain lines.
+    if added.iter().chain(&removed).any(|e| e.options.is_some()) {
+        plan.reload_reasons
+            .push("a crt-list line with TLS options changed".to_string());
+        return;
+    }
     // `del ssl crt-list` names a certificate, not a line: a certificate on several lines is
     // ambiguous, so such changes go through a reload.
     if added
@@ -1126,6 +1138,7 @@ mod tests {
     fn appended_lines_must_not_change_which_certificate_a_name_gets() {
         let line = |path: &str, sni: &[&str]| CrtListEntry {
             path: CertPath::new(path.to_string(), Key::new("ns", path)),
+            options: None,
             sni: sni.iter().map(|s| s.to_string()).collect(),
         };
         let (a, b, c) = (
@@ -1173,6 +1186,7 @@ mod tests {
                 .iter()
                 .map(|(secret, content, sni)| CrtListEntry {
                     path: file_path("certs", &Key::new("ns", *secret), content),
+                    options: None,
                     sni: sni.iter().map(|s| s.to_string()).collect(),
                 })
                 .collect(),

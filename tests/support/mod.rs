@@ -215,6 +215,10 @@ pub fn route<'a>(
 
 /// An Ingress of class `portcullis`: one rule per host, in the order hosts first appear,
 /// optionally a `spec.defaultBackend` and `spec.tls` entries `(secret, hosts)`.
+/// The IngressClass `portcullis` of the default `--controller-class`, which the Ingresses of
+/// [`ingress`] name.
+pub const INGRESS_CLASS: &str = "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata:\n  name: portcullis\nspec:\n  controller: portcullis.io/ingress\n";
+
 pub fn ingress(
     ns: &str,
     name: &str,
@@ -667,6 +671,37 @@ pub fn served_certificate(port: u16, server_name: &str) -> Option<String> {
 
 /// The leaf certificate (DER) served on `127.0.0.1:port` for SNI `server_name`.
 pub fn served_certificate_der(port: u16, server_name: &str) -> Option<Vec<u8>> {
+    served_certificate_der_from(None, port, server_name)
+}
+
+/// A TCP connection to `127.0.0.1:port` from `source` (another loopback address, to look
+/// like another client), or from the default address.
+pub fn connect_from(source: Option<std::net::IpAddr>, port: u16) -> Option<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(("127.0.0.1", port)).ok();
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .ok()?;
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().ok()?;
+        socket.bind(SocketAddr::new(source, 0)).ok()?;
+        let connect = socket.connect(SocketAddr::from(([127, 0, 0, 1], port)));
+        tokio::time::timeout(IO_TIMEOUT, connect).await.ok()?.ok()
+    })?;
+    let stream = stream.into_std().ok()?;
+    stream.set_nonblocking(false).ok()?;
+    Some(stream)
+}
+
+/// [`served_certificate_der`] for a client connecting from `source` (see [`connect_from`]).
+pub fn served_certificate_der_from(
+    source: Option<std::net::IpAddr>,
+    port: u16,
+    server_name: &str,
+) -> Option<Vec<u8>> {
     use std::io::Write as _;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
@@ -677,7 +712,7 @@ pub fn served_certificate_der(port: u16, server_name: &str) -> Option<Vec<u8>> {
         .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).ok()?;
     let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
-    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let mut sock = connect_from(source, port)?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     sock.set_write_timeout(Some(Duration::from_secs(5))).ok()?;
     while conn.is_handshaking() {
@@ -688,6 +723,31 @@ pub fn served_certificate_der(port: u16, server_name: &str) -> Option<Vec<u8>> {
     let _ = conn.complete_io(&mut sock);
     let _ = sock.flush();
     Some(der)
+}
+
+/// The TLS version a handshake with `127.0.0.1:port` (SNI `server_name`) settles on, the
+/// client offering only `versions`; `None` when the handshake fails.
+pub fn negotiated_version(
+    port: u16,
+    server_name: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Option<rustls::ProtocolVersion> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_string()).ok()?;
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut sock = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    sock.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    sock.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).ok()?;
+    }
+    conn.protocol_version()
 }
 
 /// A verifier for tests that want to see which certificate is served, whatever it is.
@@ -800,6 +860,11 @@ impl Harness {
         for sub in ["manifests", "config", "run", "work"] {
             std::fs::create_dir(root.path().join(sub)).expect("creating a directory");
         }
+        // The IngressClass the Ingresses of [`ingress`] name: without it they are not served.
+        write_atomically(
+            &root.path().join("manifests/00-ingressclass.yaml"),
+            INGRESS_CLASS,
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -3,6 +3,10 @@
 /// (file name, source) of every bundled script.
 pub(crate) const SCRIPTS: &[(&str, &str)] = &[
     (
+        "abortonclose.rhai",
+        include_str!("../../../scripts/abortonclose.rhai"),
+    ),
+    (
         "access-list.rhai",
         include_str!("../../../scripts/access-list.rhai"),
     ),

@@ -847,6 +847,24 @@ impl Ctx {
             .map_or(Dynamic::UNIT, strings_to_array)
     }
 
+    /// `ssl-default-bind-options`: the checked options, written back as HAProxy takes them.
+    fn get_tls_options(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_tls_bind_options)
+            .map_or(Dynamic::UNIT, |o| Dynamic::from(o.to_string()))
+    }
+
+    /// `ssl-default-bind-ciphers`: a checked OpenSSL cipher list.
+    fn get_ciphers(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_cipher_list)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
+    /// `ssl-default-bind-ciphersuites`: TLS 1.3 suites.
+    fn get_ciphersuites(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), super::global_keys::parse_ciphersuites)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
     /// `cors-allow-origin`: `"*"`, origins joined by `", "` or an anchored regex.
     fn get_cors_origin(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_cors_origin)
@@ -1175,6 +1193,9 @@ pub(crate) fn register(engine: &mut Engine) {
         .register_fn("http_check", Ctx::get_http_check)
         .register_fn("secret_ref", Ctx::get_secret_ref)
         .register_fn("alpn", Ctx::get_alpn)
+        .register_fn("tls_options", Ctx::get_tls_options)
+        .register_fn("ciphers", Ctx::get_ciphers)
+        .register_fn("ciphersuites", Ctx::get_ciphersuites)
         .register_fn("cors_origin", Ctx::get_cors_origin)
         .register_fn("http_methods", Ctx::get_http_methods)
         .register_fn("header_names", Ctx::get_header_names)

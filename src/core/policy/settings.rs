@@ -23,6 +23,11 @@ pub struct RouteOutcome {
     pub settings: std::sync::Arc<RouteSettings>,
     pub ssl_redirect: Option<bool>,
     pub ssl_redirect_code: Option<u16>,
+    /// `ssl-redirect-port`: the HTTPS port redirects name; none: the scheme's default (443).
+    pub ssl_redirect_port: Option<u16>,
+    /// TLS options of the Ingress' TLS hosts (`ssl-min-ver`, `ssl-ciphers`,
+    /// `ssl-ciphersuites`), on their crt-list line.
+    pub host_tls: Option<crate::model::HostTls>,
     /// `route-acl` (read from the Service): the route is a canary route, taken only when this
     /// condition holds.
     pub route_acl: Option<crate::model::AclCondition>,
@@ -97,6 +102,15 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
                 .and_then(|m| values::parse_enum(&m, HTTP_CONNECTION_MODES))
                 .map(|m| out.http_connection_mode = Some(m)),
             "proxy_protocol" => cidrs(value).map(|c| out.proxy_protocol = c),
+            "ssl_bind_options" => string(value)
+                .and_then(|o| super::global_keys::parse_tls_bind_options(&o))
+                .map(|o| out.ssl_bind_options = o),
+            "ssl_ciphers" => string(value)
+                .and_then(|c| super::global_keys::parse_cipher_list(&c))
+                .map(|c| out.ssl_ciphers = Some(c)),
+            "ssl_ciphersuites" => string(value)
+                .and_then(|c| super::global_keys::parse_ciphersuites(&c))
+                .map(|c| out.ssl_ciphersuites = Some(c)),
             _ => match Timeout::from_setting_key(key) {
                 Some(timeout) => duration_ms(value).map(|ms| {
                     out.timeouts.insert(timeout, ms);
@@ -128,6 +142,7 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
                 .and_then(|s| values::parse_enum(&s, &["h1", "h2"]))
                 .map(|p| out.server_proto = (p == "h2").then_some(p)),
             "forwarded_for" => boolean(value).map(|b| out.forwarded_for = b),
+            "abortonclose" => boolean(value).map(|b| out.abortonclose = b),
             "slots_block" => int(value, 1, 1000).map(|n| out.slots_block = n as u32),
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "source_ip_persistence" => {
@@ -194,6 +209,26 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
             "standalone_backend" => boolean(value).map(|b| out.standalone_backend = Some(b)),
             "ssl_passthrough" => boolean(value).map(|b| out.ssl_passthrough = Some(b)),
             "ssl_redirect" => boolean(value).map(|b| out.ssl_redirect = Some(b)),
+            "tls_min_version" => string(value)
+                .and_then(|v| super::global_keys::parse_tls_version(&v))
+                .map(|v| {
+                    out.host_tls
+                        .get_or_insert_with(Default::default)
+                        .min_version = Some(v);
+                }),
+            "tls_ciphers" => string(value)
+                .and_then(|c| super::global_keys::parse_cipher_list(&c))
+                .map(|c| out.host_tls.get_or_insert_with(Default::default).ciphers = Some(c)),
+            "tls_ciphersuites" => string(value)
+                .and_then(|c| super::global_keys::parse_ciphersuites(&c))
+                .map(|c| {
+                    out.host_tls
+                        .get_or_insert_with(Default::default)
+                        .ciphersuites = Some(c);
+                }),
+            // 443 is what `https://` means without a port: the plain scheme redirect.
+            "ssl_redirect_port" => int(value, 1, 65535)
+                .map(|p| out.ssl_redirect_port = Some(p as u16).filter(|p| *p != 443)),
             "ssl_redirect_code" => int(value, 300, 399).and_then(|c| {
                 if REDIRECT_CODES.contains(&c) {
                     out.ssl_redirect_code = Some(c as u16);

@@ -47,6 +47,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/parts/global.j2"),
     ),
     (
+        "parts/healthz.j2",
+        include_str!("../../../templates/parts/healthz.j2"),
+    ),
+    (
         "parts/hsts.j2",
         include_str!("../../../templates/parts/hsts.j2"),
     ),

@@ -512,6 +512,10 @@ fn crt_list(model: &Model) -> Result<Vec<u8>, RenderError> {
     let mut list = String::new();
     for entry in &model.tls.crt_list {
         let mut line = entry.path.to_string();
+        if let Some(options) = &entry.options {
+            line.push(' ');
+            line.push_str(&options.crt_list_options());
+        }
         for sni in &entry.sni {
             line.push(' ');
             line.push_str(sni);

@@ -14,24 +14,44 @@ pub const LEGACY_CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
 /// The annotation that makes an IngressClass the cluster default.
 pub const DEFAULT_CLASS_ANNOTATION: &str = "ingressclass.kubernetes.io/is-default-class";
 
-/// The class names this controller serves, and whether it takes class-less Ingresses.
+/// Which Ingresses this controller serves, as the incumbent decides it:
+///
+/// - `spec.ingressClassName` must name an IngressClass object whose `spec.controller` is
+///   `--controller-class`. The name alone is not enough: deleting the IngressClass, or giving
+///   it to another controller, takes its Ingresses away from this one.
+/// - The legacy annotations (`kubernetes.io/ingress.class`, `ingress.class`) name the class
+///   directly: `--ingress-class`, or one of our IngressClass objects.
+/// - An Ingress naming no class is ours when `--watch-ingress-without-class` is set, or when
+///   one of our IngressClasses is the cluster default.
 #[derive(Debug, Clone)]
 pub struct ClassFilter {
-    names: Vec<String>,
+    /// Our IngressClass objects, by name.
+    resources: Vec<String>,
+    /// What the legacy annotations may name: `--ingress-class` and `resources`.
+    annotation_names: Vec<String>,
     take_unclassed: bool,
+    /// `--ingress-class` and `--controller-class`, for the diagnostics.
+    ingress_class: String,
+    controller_class: String,
+}
+
+/// Why an Ingress naming `--ingress-class` in `spec.ingressClassName` is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unserved {
+    /// No IngressClass object of that name exists.
+    NoIngressClass,
+    /// The IngressClass belongs to another controller (its `spec.controller`).
+    OtherController(String),
 }
 
 impl ClassFilter {
-    /// Our classes are `ingress_class` plus every IngressClass whose `spec.controller` is
-    /// `controller_class`. Ingresses without a class are ours when one of our IngressClasses is
-    /// the default class, or when `watch_without_class` is set.
     pub fn new(
         store: &Store,
         ingress_class: &str,
         controller_class: &str,
         watch_without_class: bool,
     ) -> Self {
-        let mut names = vec![ingress_class.to_string()];
+        let mut resources = Vec::new();
         let mut default_is_ours = false;
         for (key, class) in store.ingress_classes() {
             let ours = class
@@ -42,7 +62,7 @@ impl ClassFilter {
             if !ours {
                 continue;
             }
-            names.push(key.name.clone());
+            resources.push(key.name.clone());
             let is_default = class
                 .metadata
                 .annotations
@@ -51,11 +71,18 @@ impl ClassFilter {
                 .is_some_and(|v| v == "true");
             default_is_ours |= is_default;
         }
-        names.sort();
-        names.dedup();
+        resources.sort();
+        resources.dedup();
+        let mut annotation_names = resources.clone();
+        annotation_names.push(ingress_class.to_string());
+        annotation_names.sort();
+        annotation_names.dedup();
         Self {
-            names,
+            resources,
+            annotation_names,
             take_unclassed: watch_without_class || default_is_ours,
+            ingress_class: ingress_class.to_string(),
+            controller_class: controller_class.to_string(),
         }
     }
 
@@ -65,36 +92,73 @@ impl ClassFilter {
         &self,
         meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     ) -> bool {
-        let annotations = meta.annotations.as_ref();
-        let class = annotations.and_then(|a| {
-            a.get("ingress.class")
-                .or_else(|| a.get(LEGACY_CLASS_ANNOTATION))
-        });
-        match class {
-            Some(name) => self.names.iter().any(|n| n == name),
+        match annotated_class(meta) {
+            Some(name) => self.annotation_names.iter().any(|n| n == name),
             None => self.take_unclassed,
         }
     }
 
-    /// `spec.ingressClassName` first, then the legacy annotation, then the default rule.
+    /// `spec.ingressClassName` first (an IngressClass of ours), then the legacy annotations,
+    /// then the default rule.
     pub fn accepts(&self, ingress: &Ingress) -> bool {
-        let class = ingress
-            .spec
-            .as_ref()
-            .and_then(|s| s.ingress_class_name.as_deref())
-            .or_else(|| {
-                ingress
-                    .metadata
-                    .annotations
+        if let Some(name) = spec_class(ingress) {
+            return self.resources.iter().any(|n| n == name);
+        }
+        self.accepts_meta(&ingress.metadata)
+    }
+
+    /// Why `ingress` is not served although its `spec.ingressClassName` is `--ingress-class`
+    /// (an operator who names the class expects it served, and gets a diagnostic instead);
+    /// `None` for Ingresses that are served or name another class.
+    pub fn unserved(&self, store: &Store, ingress: &Ingress) -> Option<Unserved> {
+        let name = spec_class(ingress).filter(|n| *n == self.ingress_class)?;
+        if self.resources.iter().any(|n| n == name) {
+            return None;
+        }
+        let class = store.ingress_classes().find(|(k, _)| k.name == name);
+        Some(match class {
+            None => Unserved::NoIngressClass,
+            Some((_, class)) => Unserved::OtherController(
+                class
+                    .spec
                     .as_ref()
-                    .and_then(|a| a.get(LEGACY_CLASS_ANNOTATION))
-                    .map(String::as_str)
-            });
-        match class {
-            Some(name) => self.names.iter().any(|n| n == name),
-            None => self.take_unclassed,
+                    .and_then(|s| s.controller.clone())
+                    .unwrap_or_default(),
+            ),
+        })
+    }
+
+    /// The diagnostic's text for [`ClassFilter::unserved`].
+    pub fn unserved_message(&self, why: &Unserved) -> String {
+        let name = &self.ingress_class;
+        match why {
+            Unserved::NoIngressClass => format!(
+                "IngressClass {name} does not exist; the Ingress is not served until an IngressClass {name} with spec.controller {} exists",
+                self.controller_class
+            ),
+            Unserved::OtherController(other) => format!(
+                "IngressClass {name} belongs to controller {other:?}, not {}; the Ingress is not served",
+                self.controller_class
+            ),
         }
     }
+}
+
+fn spec_class(ingress: &Ingress) -> Option<&str> {
+    ingress
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.as_deref())
+}
+
+fn annotated_class(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<&str> {
+    let annotations = meta.annotations.as_ref()?;
+    annotations
+        .get("ingress.class")
+        .or_else(|| annotations.get(LEGACY_CLASS_ANNOTATION))
+        .map(String::as_str)
 }
 
 /// `--host-ownership`: who may route a host.
@@ -160,7 +224,7 @@ impl HostOwners {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::objects::{Kind, Object};
     use serde_json::json;
@@ -181,6 +245,16 @@ mod tests {
                 "creationTimestamp": format!("2024-01-{created:02}T00:00:00Z")},
             "spec": {"ingressClassName": "portcullis", "rules": rules}
         }))
+        .unwrap()
+    }
+
+    /// The IngressClass `portcullis` of the default `--controller-class`.
+    pub(crate) fn our_class() -> Object {
+        Object::from_value(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": "portcullis"},
+            "spec": {"controller": "portcullis.io/ingress"}}),
+        )
         .unwrap()
     }
 
@@ -247,6 +321,7 @@ mod tests {
         );
         let other = ingress("other", "app", 3, &[("other.example", "/")]);
         let mut store = Store::from_objects([
+            our_class(),
             service("victim"),
             service("evil"),
             service("other"),
@@ -304,5 +379,143 @@ mod tests {
             );
         }
         assert!(partial_runs >= 3, "the later runs took parts");
+    }
+
+    fn class(name: &str, controller: &str, default: bool) -> Object {
+        let annotations = if default {
+            json!({DEFAULT_CLASS_ANNOTATION: "true"})
+        } else {
+            json!({})
+        };
+        Object::from_value(
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"controller": controller}}),
+        )
+        .unwrap()
+    }
+
+    fn classed(name: &str, spec: Option<&str>, annotation: Option<&str>) -> Ingress {
+        let mut value = json!({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": "ns"}, "spec": {}});
+        if let Some(c) = spec {
+            value["spec"]["ingressClassName"] = json!(c);
+        }
+        if let Some(c) = annotation {
+            value["metadata"]["annotations"] = json!({LEGACY_CLASS_ANNOTATION: c});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn spec_class_names_need_an_ingress_class_of_ours() {
+        let filter = |objects: Vec<Object>, without_class: bool| {
+            let store = Store::from_objects(objects);
+            (
+                ClassFilter::new(&store, "portcullis", "portcullis.io/ingress", without_class),
+                store,
+            )
+        };
+        let by_spec = classed("a", Some("portcullis"), None);
+        let by_annotation = classed("b", None, Some("portcullis"));
+        let classless = classed("c", None, None);
+
+        // No IngressClass object: the name alone serves nothing, and says why.
+        let (f, store) = filter(vec![], false);
+        assert!(!f.accepts(&by_spec));
+        assert_eq!(f.unserved(&store, &by_spec), Some(Unserved::NoIngressClass));
+        assert!(
+            f.accepts(&by_annotation),
+            "the legacy annotation names the class"
+        );
+        assert!(!f.accepts(&classless));
+        assert_eq!(f.unserved(&store, &by_annotation), None);
+
+        // Ours: served, no diagnostic.
+        let (f, store) = filter(vec![our_class()], false);
+        assert!(f.accepts(&by_spec));
+        assert_eq!(f.unserved(&store, &by_spec), None);
+
+        // The same name given to another controller: not ours any more.
+        let (f, store) = filter(vec![class("portcullis", "example.com/other", false)], false);
+        assert!(!f.accepts(&by_spec));
+        assert_eq!(
+            f.unserved(&store, &by_spec),
+            Some(Unserved::OtherController("example.com/other".into()))
+        );
+        assert!(
+            f.unserved_message(&Unserved::NoIngressClass)
+                .contains("IngressClass portcullis does not exist")
+        );
+
+        // Class-less Ingresses: ours when our class is the default, or with the flag, even
+        // while another controller's class is the default (the operator asked for them).
+        let (f, _) = filter(vec![class("edge", "portcullis.io/ingress", true)], false);
+        assert!(f.accepts(&classless));
+        assert!(f.accepts(&classed("d", Some("edge"), None)));
+        let (f, _) = filter(vec![class("nginx", "k8s.io/ingress-nginx", true)], false);
+        assert!(!f.accepts(&classless));
+        let (f, _) = filter(vec![class("nginx", "k8s.io/ingress-nginx", true)], true);
+        assert!(f.accepts(&classless));
+        assert!(!f.accepts(&classed("e", Some("nginx"), None)));
+    }
+
+    /// Deleting the IngressClass takes its Ingresses' routes away, run after run (warm runs
+    /// equal fresh ones), and leaves an Ingress of the class by annotation alone.
+    #[test]
+    fn deleting_the_ingress_class_unserves_its_ingresses_only() {
+        let config = crate::translate::TranslateConfig::default();
+        let annotated = Object::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "legacy", "namespace": "b",
+                "annotations": {LEGACY_CLASS_ANNOTATION: "portcullis"}},
+            "spec": {"rules": [{"host": "legacy.example", "http": {"paths": [{"path": "/",
+                "pathType": "Prefix",
+                "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}
+        }))
+        .unwrap();
+        let mut store = Store::from_objects([
+            our_class(),
+            service("a"),
+            service("b"),
+            ingress("a", "site", 1, &[("site.example", "/")]),
+            annotated,
+        ]);
+        let pipeline = crate::pipeline::Pipeline::load(None, None, config.clone()).unwrap();
+        let class_key = Key::new("", "portcullis");
+        for round in 0..4 {
+            let present = round % 2 == 0;
+            if round > 0 {
+                if present {
+                    store.upsert(our_class());
+                } else {
+                    store.delete(Kind::IngressClass, &class_key);
+                }
+            }
+            let (warm, _) = pipeline.run_with(&store, &Default::default()).unwrap();
+            let cold = crate::pipeline::Pipeline::load(None, None, config.clone())
+                .unwrap()
+                .run(&store)
+                .unwrap();
+            assert_eq!(warm.rendered.haproxy_cfg(), cold.rendered.haproxy_cfg());
+            let maps: String = warm
+                .rendered
+                .files()
+                .iter()
+                .filter(|(name, _)| name.ends_with(".map"))
+                .filter_map(|(_, content)| content.text())
+                .collect();
+            assert_eq!(
+                maps.contains("site.example/"),
+                present,
+                "round {round}: {maps}"
+            );
+            assert!(maps.contains("legacy.example/"), "round {round}: {maps}");
+            let said = warm.diagnostics.iter().any(|d| {
+                let d = d.to_string();
+                d.contains("Ingress a/site") && d.contains("IngressClass portcullis does not exist")
+            });
+            assert_eq!(said, !present, "round {round}");
+        }
     }
 }

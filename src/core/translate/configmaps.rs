@@ -162,6 +162,12 @@ impl Translator<'_> {
                     "the stats frontend (--stats-bind-port)".to_string(),
                 );
             }
+            if let Some(port) = l.healthz_port {
+                out.insert(
+                    (address, port),
+                    "the healthz frontend (--healthz-bind-port)".to_string(),
+                );
+            }
         }
         out
     }

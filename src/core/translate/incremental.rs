@@ -333,6 +333,8 @@ pub struct Reuse {
     pub external_names: Option<Arc<super::exposure::ResolvedNames>>,
     /// The refused certificates the run left out.
     pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
+    /// The refused TLS keys the run left out.
+    pub refused_tls_keys: Arc<crate::policy::global_keys::RefusedTlsKeys>,
 }
 
 /// The backends whose servers are a Service's endpoints. Plain lists, searched in one pass
@@ -395,6 +397,7 @@ impl Reuse {
         time_holds
             && self.external_names == inputs.external_names
             && self.refused_certificates == inputs.refused_certificates
+            && self.refused_tls_keys == inputs.refused_tls_keys
             && self
                 .previous_read
                 .iter()

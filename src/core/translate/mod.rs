@@ -115,6 +115,9 @@ pub struct RunInputs {
     /// Certificate files HAProxy refused (`run`), with its words: their Secrets' hosts are
     /// served without them (see [`tls::Unserved::Refused`]).
     pub refused_certificates: Arc<BTreeMap<crate::model::CertPath, String>>,
+    /// TLS cipher lists of the controller ConfigMap HAProxy refused (`run`): by key, the
+    /// value refused and HAProxy's words. While the key holds that value it is left out.
+    pub refused_tls_keys: Arc<crate::policy::global_keys::RefusedTlsKeys>,
 }
 
 /// The model and everything that was wrong with the input.
@@ -130,8 +133,9 @@ pub struct Translation {
     pub budget: Budget,
 }
 
-/// Whether a host's HTTP requests are redirected to HTTPS, and with which status.
-type Redirect = (bool, u16);
+/// Whether a host's HTTP requests are redirected to HTTPS, with which status, and to which
+/// port (`ssl-redirect-port`; none: the default one).
+type Redirect = (bool, u16, Option<u16>);
 
 /// The first second at which the expiry message of a certificate ending at `end` reads
 /// differently than at `now` (see [`Translator::certificate`]).
@@ -211,7 +215,7 @@ pub fn translate_taking<'a>(
             |k| ObjectRef::new(Kind::ConfigMap, k),
         );
         let ctx = HookContext::new(
-            subject,
+            subject.clone(),
             t.ctx
                 .resources
                 .iter()
@@ -224,7 +228,14 @@ pub fn translate_taking<'a>(
         let run = policy.run_global(&ctx, t.budget);
         t.budget = run.budget;
         t.diags.extend(run.diagnostics);
-        run.settings
+        let mut settings = run.settings;
+        crate::policy::global_keys::leave_out_refused(
+            &mut settings,
+            &inputs.refused_tls_keys,
+            &subject,
+            &mut t.diags,
+        );
+        settings
     };
     if let Some(key) = &config.default_backend_service {
         t.default_backend_service(key);
@@ -235,6 +246,16 @@ pub fn translate_taking<'a>(
         &config.controller_class,
         config.watch_ingress_without_class,
     );
+    for (key, ingress) in store.ingresses() {
+        if let Some(why) = filter.unserved(store, ingress) {
+            t.diags.object(
+                Severity::Error,
+                &ObjectRef::new(Kind::Ingress, key),
+                "spec.ingressClassName",
+                filter.unserved_message(&why),
+            );
+        }
+    }
     // Oldest first, then by namespace and name: where two Ingresses claim the same thing,
     // the older one wins.
     let order = t.incremental.ingress_order(store, &filter);
@@ -644,6 +665,7 @@ impl<'a> Translator<'a> {
                 knew_time: inputs.now_unix.is_some(),
                 external_names: inputs.external_names.clone(),
                 refused_certificates: inputs.refused_certificates.clone(),
+                refused_tls_keys: inputs.refused_tls_keys.clone(),
                 ..Reuse::default()
             },
             incremental: incremental::Incremental::default(),
@@ -874,8 +896,11 @@ impl<'a> Translator<'a> {
 
         // The first route outcome per host decides that host's ssl-redirect; a TLS host
         // without a rule of its own follows the Ingress' first route.
-        let mut redirect_by_host: BTreeMap<String, (bool, u16)> = BTreeMap::new();
-        let mut first_redirect: Option<(bool, u16)> = None;
+        let mut redirect_by_host: BTreeMap<String, Redirect> = BTreeMap::new();
+        let mut first_redirect: Option<Redirect> = None;
+        // The TLS options of the Ingress' TLS hosts: its first route's (they are read from
+        // the Ingress, so every route of it has the same).
+        let mut host_tls: Option<Option<crate::model::HostTls>> = None;
         // The Services' annotations as hook sources, made once per Service: the paths of an
         // Ingress mostly name one or two.
         let mut service_sources: Vec<(Key, ValueSource)> = Vec::new();
@@ -945,6 +970,7 @@ impl<'a> Translator<'a> {
                 self.budget = run.budget;
                 self.diags.extend(run.diagnostics);
                 let outcome = run.settings;
+                host_tls.get_or_insert_with(|| outcome.host_tls.clone());
                 let Some((service_key, resolved, _)) = target else {
                     // The path keeps its keys and answers 503 (the error above says why):
                     // falling through would serve another route's backend. An ssl-passthrough
@@ -953,6 +979,7 @@ impl<'a> Translator<'a> {
                         let decision = (
                             outcome.ssl_redirect.unwrap_or(false),
                             outcome.ssl_redirect_code.unwrap_or(302),
+                            outcome.ssl_redirect_port,
                         );
                         redirect_by_host.entry(host.clone()).or_insert(decision);
                         first_redirect.get_or_insert(decision);
@@ -973,7 +1000,23 @@ impl<'a> Translator<'a> {
                 // ssl-passthrough: the host goes to the Service's TCP backend by SNI; the
                 // path makes no HTTP route.
                 if outcome.ssl_passthrough == Some(true) {
-                    if self.passthrough_route(&host, service_key, resolved, rank, &object, field) {
+                    if outcome.settings.basic_auth.is_some() {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            "auth-type",
+                            format!("basic authentication cannot be checked on ssl-passthrough connections (HAProxy does not decrypt them); every connection for host {host} is refused until one of the two is removed"),
+                        );
+                    }
+                    let access = passthrough_access(&host, &outcome.settings);
+                    if self.passthrough_route(
+                        &host,
+                        (service_key, resolved),
+                        rank,
+                        &object,
+                        field,
+                        access,
+                    ) {
                         routed.insert(&host);
                     }
                     continue;
@@ -1000,6 +1043,7 @@ impl<'a> Translator<'a> {
                 let decision = (
                     outcome.ssl_redirect.unwrap_or(false),
                     outcome.ssl_redirect_code.unwrap_or(302),
+                    outcome.ssl_redirect_port,
                 );
                 redirect_by_host.entry(host.clone()).or_insert(decision);
                 first_redirect.get_or_insert(decision);
@@ -1036,7 +1080,7 @@ impl<'a> Translator<'a> {
             key,
             &object,
             &routed,
-            (&redirect_by_host, first_redirect),
+            (&redirect_by_host, first_redirect, host_tls.flatten()),
         );
     }
 
@@ -1104,7 +1148,11 @@ impl<'a> Translator<'a> {
         key: &Key,
         object: &ObjectRef,
         routed: &tls_edge::RoutedHosts,
-        (redirect_by_host, first_redirect): (&BTreeMap<String, Redirect>, Option<Redirect>),
+        (redirect_by_host, first_redirect, host_tls): (
+            &BTreeMap<String, Redirect>,
+            Option<Redirect>,
+            Option<crate::model::HostTls>,
+        ),
     ) {
         for (i, entry) in spec.tls.iter().flatten().enumerate() {
             let field = format!("spec.tls[{i}]");
@@ -1141,6 +1189,7 @@ impl<'a> Translator<'a> {
                 Ok(path) => {
                     self.tls_entries.push(CrtListEntry {
                         path,
+                        options: host_tls.clone(),
                         sni: hosts.clone(),
                     });
                 }
@@ -1160,8 +1209,8 @@ impl<'a> Translator<'a> {
     fn add_redirects(
         &mut self,
         hosts: &[String],
-        by_host: &BTreeMap<String, (bool, u16)>,
-        first: Option<(bool, u16)>,
+        by_host: &BTreeMap<String, Redirect>,
+        first: Option<Redirect>,
         rank: usize,
         object: &ObjectRef,
     ) {
@@ -1172,10 +1221,11 @@ impl<'a> Translator<'a> {
                 by_host.get(&format!("*.{rest}")).copied()
             };
             let decision = by_host.get(host).copied().or_else(wildcard).or(first);
-            if let Some((true, code)) = decision {
+            if let Some((true, code, port)) = decision {
                 self.redirects.push(RedirectClaim {
                     host: host.clone(),
                     code,
+                    port,
                     rank,
                     ingress: object.clone(),
                 });
@@ -1274,11 +1324,11 @@ impl<'a> Translator<'a> {
     fn passthrough_route(
         &mut self,
         host: &str,
-        service: Key,
-        port: ResolvedPort,
+        (service, port): (Key, ResolvedPort),
         rank: usize,
         ingress: &ObjectRef,
         field: String,
+        access: Option<crate::model::PassthroughAccess>,
     ) -> bool {
         if host.is_empty() || host.starts_with("*.") {
             self.diags.object(
@@ -1297,6 +1347,7 @@ impl<'a> Translator<'a> {
             rank,
             ingress: ingress.clone(),
             field,
+            access,
         });
         true
     }
@@ -1308,6 +1359,7 @@ impl<'a> Translator<'a> {
             Ok(path) => {
                 self.default_certificate = Some(CrtListEntry {
                     path,
+                    options: None,
                     sni: Vec::new(),
                 });
                 true
@@ -1330,6 +1382,7 @@ impl<'a> Translator<'a> {
             Ok(path) => {
                 self.default_certificate = Some(CrtListEntry {
                     path,
+                    options: None,
                     sni: Vec::new(),
                 });
             }
@@ -1362,10 +1415,12 @@ impl<'a> Translator<'a> {
                 Some(kept) => kept,
                 None => {
                     let mut diags = Diagnostics::new();
-                    let (entries, codes) = routes::redirect_map(&parts_tls.redirects, &mut diags);
+                    let (entries, codes, ported) =
+                        routes::redirect_map(&parts_tls.redirects, &mut diags);
                     Arc::new(parts::RedirectMap {
                         entries,
                         codes,
+                        ported,
                         diagnostics: diags.into_sorted(),
                     })
                 }
@@ -1377,9 +1432,11 @@ impl<'a> Translator<'a> {
         let claims = self.incremental.claims(&groups);
         let (mut maps, needs) = routes::build_maps(&groups, claims, &mut self.diags);
         let mut redirect_codes = Vec::new();
+        let mut ssl_redirect_ports = Vec::new();
         if let Some(redirects) = &redirect_map {
             maps.ssl_redirect.clone_from(&redirects.entries);
             redirect_codes.clone_from(&redirects.codes);
+            ssl_redirect_ports.clone_from(&redirects.ported);
             for d in &redirects.diagnostics {
                 self.diags.push(d.clone());
             }
@@ -1394,10 +1451,12 @@ impl<'a> Translator<'a> {
         };
         drop(groups);
 
-        let backends = self.http_backends(&ingress_parts);
+        let mut backends = self.http_backends(&ingress_parts);
         let route_policies = backends.iter().any(|b| !b.policies.is_empty());
         let (sni, winners) = tls_edge::sni_map(parts_tls.passthrough.clone(), &mut self.diags);
         maps.sni = sni;
+        // Sorted by host, as the winners are.
+        let passthrough_access: Vec<_> = winners.iter().filter_map(|c| c.access.clone()).collect();
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
@@ -1475,6 +1534,11 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
+        let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
+        let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
+        let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
+        share_pod_maxconn(&mut backends, replicas);
+        share_pod_maxconn(&mut tcp_backends, replicas);
         let model = Model {
             version: self.config.version.clone(),
             listen: self.config.listen.clone(),
@@ -1488,12 +1552,14 @@ impl<'a> Translator<'a> {
                 hostless_routes: needs.none,
                 route_policies,
                 unavailable_routes: needs.unavailable,
+                passthrough_access,
+                ssl_redirect_ports,
             },
             redirect_codes,
             backends,
             default_backend,
             tls,
-            peers: peers::peers(self.store, &self.config.identity, &mut self.diags),
+            peers,
             tcp: std::mem::take(&mut self.tcp_services),
             tcp_backends,
             userlists: std::mem::take(&mut self.userlists).into_vec(),
@@ -1722,6 +1788,53 @@ fn register<'t>(
 /// A short, stable id for a set of route settings, so equal settings share one policy: the
 /// first 40 bits of the SHA-256 of their JSON, which every replica and version computes alike.
 ///
+/// `pod-maxconn` is the most connections the controller as a whole opens to each pod, shared
+/// by its replicas as the incumbent shares it: each replica's servers get `maxconn` of the
+/// budget divided by the number of replicas (the Pods of the peers section), at least 1.
+/// The budget stays in `pod_maxconn`, so that a backend taken from the last run is divided
+/// from the budget again, never twice.
+fn share_pod_maxconn(backends: &mut [Arc<crate::model::Backend>], replicas: u32) {
+    for backend in backends {
+        let s = &backend.settings;
+        let Some(budget) = s.pod_maxconn.or(s.maxconn) else {
+            continue;
+        };
+        let per_replica = (budget / replicas.max(1)).max(1);
+        if s.maxconn == Some(per_replica) && s.pod_maxconn == Some(budget) {
+            continue;
+        }
+        let settings = Arc::make_mut(&mut Arc::make_mut(backend).settings);
+        settings.pod_maxconn = Some(budget);
+        settings.maxconn = Some(per_replica);
+    }
+}
+
+/// The access rules of an `ssl-passthrough` host from its route settings, `None` when it has
+/// none. Basic authentication cannot be checked on a connection HAProxy does not decrypt, so
+/// it closes the host to everyone rather than leave it open.
+fn passthrough_access(
+    host: &str,
+    settings: &RouteSettings,
+) -> Option<crate::model::PassthroughAccess> {
+    let mut deny_all = settings.deny_all.clone();
+    if settings.basic_auth.is_some() {
+        let d = deny_all.get_or_insert_with(|| crate::model::DenyAll {
+            status: 403,
+            because: Vec::new(),
+        });
+        d.because.push("auth-type".to_string());
+    }
+    if settings.allow_list.is_empty() && settings.deny_list.is_empty() && deny_all.is_none() {
+        return None;
+    }
+    Some(crate::model::PassthroughAccess {
+        host: host.to_string(),
+        allow_list: settings.allow_list.clone(),
+        deny_list: settings.deny_list.clone(),
+        deny_all,
+    })
+}
+
 /// The last few ids are kept per thread: the paths of one Ingress, and Ingresses with the
 /// same annotations, mostly have equal settings, and comparing them costs less than their
 /// JSON and digest (about 6 % of a cold run at 10 000 Ingresses).
@@ -1829,8 +1942,12 @@ mod tests {
                 {"host": "b.example.com", "http": {"paths": [path("/", "own"), path("/x", "plain")]}}]}
         }))
         .unwrap();
-        let store =
-            Store::from_objects(vec![service("plain", false), service("own", true), ingress]);
+        let store = Store::from_objects(vec![
+            super::class::tests::our_class(),
+            service("plain", false),
+            service("own", true),
+            ingress,
+        ]);
         let pipeline =
             crate::pipeline::Pipeline::load(None, None, TranslateConfig::default()).unwrap();
         let output = pipeline.run(&store).unwrap();
@@ -1889,6 +2006,7 @@ mod tests {
         let split = "http-request set-var(txn.policy) var(txn.route),field(2,.)\n";
         let allow = json!({"haproxy.org/allow-list": "10.0.0.0/8"});
         let mut store = Store::from_objects(vec![
+            super::class::tests::our_class(),
             service("a"),
             service("b"),
             ingress("a", json!({})),

@@ -197,6 +197,7 @@ impl TlsMain {
 pub(super) struct RedirectMap {
     pub(super) entries: Vec<crate::model::MapEntry>,
     pub(super) codes: Vec<u16>,
+    pub(super) ported: Vec<crate::model::RedirectPort>,
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 

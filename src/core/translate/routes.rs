@@ -16,7 +16,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{AclCondition, CanaryRoute, MapEntry, RouteMaps, same_str};
+use crate::model::{AclCondition, CanaryRoute, MapEntry, RedirectPort, RouteMaps, same_str};
 use crate::objects::ObjectRef;
 
 /// The built-in backend that answers 503, the map value of a path whose Service or Service
@@ -111,6 +111,8 @@ fn entries(route: &RouteCandidate, mut entry: impl FnMut(Table, String, u8)) {
 pub struct RedirectClaim {
     pub host: String,
     pub code: u16,
+    /// `ssl-redirect-port`; none: the scheme's default port.
+    pub port: Option<u16>,
     /// Age rank of the Ingress (0 = oldest).
     pub rank: usize,
     pub ingress: ObjectRef,
@@ -327,26 +329,32 @@ pub fn build_maps(
     (maps, kinds)
 }
 
-/// The ssl-redirect map of `redirects` (host → code, the oldest Ingress' code winning), the
-/// codes in use, and the conflicts, reported on the younger Ingresses.
+/// The ssl-redirect map of `redirects` (host → code, or `code:port` with `ssl-redirect-port`;
+/// the oldest Ingress' choice winning), the codes in use without a port, those with one, and
+/// the conflicts, reported on the younger Ingresses.
 pub fn redirect_map(
     redirects: &[RedirectClaim],
     diags: &mut Diagnostics,
-) -> (Vec<MapEntry>, Vec<u16>) {
-    let mut by_host: BTreeMap<&str, Vec<(usize, u16, &ObjectRef)>> = BTreeMap::new();
+) -> (Vec<MapEntry>, Vec<u16>, Vec<RedirectPort>) {
+    type Claim<'r> = (usize, u16, Option<u16>, &'r ObjectRef);
+    let mut by_host: BTreeMap<&str, Vec<Claim<'_>>> = BTreeMap::new();
     for r in redirects {
         by_host
             .entry(&r.host)
             .or_default()
-            .push((r.rank, r.code, &r.ingress));
+            .push((r.rank, r.code, r.port, &r.ingress));
     }
     let mut codes = BTreeSet::new();
+    let mut ported = BTreeSet::new();
     let mut entries = Vec::with_capacity(by_host.len());
     for (host, mut claims) in by_host {
         claims.sort();
-        let (_, code, winner) = claims[0];
-        for (_, other_code, ingress) in &claims[1..] {
-            if *other_code != code && *ingress != winner {
+        let (_, code, port, winner) = claims[0];
+        for (_, other_code, other_port, ingress) in &claims[1..] {
+            if *ingress == winner {
+                continue;
+            }
+            if *other_code != code {
                 diags.object(
                     Severity::Warning,
                     ingress,
@@ -354,14 +362,38 @@ pub fn redirect_map(
                     format!("host {host} already redirects with code {code} (set by {winner})"),
                 );
             }
+            if *other_port != port {
+                let to =
+                    port.map_or_else(|| "the default port".to_string(), |p| format!("port {p}"));
+                diags.object(
+                    Severity::Warning,
+                    ingress,
+                    "annotation ssl-redirect-port",
+                    format!("host {host} already redirects to {to} (set by {winner})"),
+                );
+            }
         }
-        codes.insert(code);
+        let value = match port {
+            None => {
+                codes.insert(code);
+                code.to_string()
+            }
+            Some(port) => {
+                let target = RedirectPort { code, port };
+                ported.insert(target);
+                target.map_value()
+            }
+        };
         entries.push(MapEntry {
             key: host.into(),
-            value: code.to_string().into(),
+            value: value.into(),
         });
     }
-    (entries, codes.into_iter().collect())
+    (
+        entries,
+        codes.into_iter().collect(),
+        ported.into_iter().collect(),
+    )
 }
 
 /// The first character of the keys of the canary part of both maps; no host or path starts

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::diagnostics::{Diagnostics, Severity};
-use crate::model::{BackendSettings, CertPath, MapEntry, PemFile};
+use crate::model::{BackendSettings, CertPath, MapEntry, PassthroughAccess, PemFile};
 #[cfg(test)]
 use crate::objects::Kind;
 use crate::objects::{Key, ObjectRef};
@@ -136,6 +136,8 @@ pub struct PassthroughClaim {
     pub rank: usize,
     pub ingress: ObjectRef,
     pub field: String,
+    /// The route's access lists (`allow-list`, `deny-list`), if it has any.
+    pub access: Option<PassthroughAccess>,
 }
 
 /// The SNI map: one entry per host, the oldest Ingress' claim winning; a younger claim for
@@ -144,6 +146,9 @@ pub fn sni_map(
     mut claims: Vec<PassthroughClaim>,
     diags: &mut Diagnostics,
 ) -> (Vec<MapEntry>, Vec<PassthroughClaim>) {
+    // Claims for the same host and backend from younger Ingresses fold into the oldest one;
+    // their access lists are not merged: the oldest claim's lists (or none) decide, as for
+    // every other route setting.
     claims.sort_by(|a, b| a.rank.cmp(&b.rank).then_with(|| a.field.cmp(&b.field)));
     let mut chosen: BTreeMap<String, PassthroughClaim> = BTreeMap::new();
     for claim in claims {
@@ -157,6 +162,15 @@ pub fn sni_map(
                 claim.field.clone(),
                 format!(
                     "ssl-passthrough for host {} is already claimed by {} ({}), which takes precedence",
+                    claim.host, first.ingress, first.field
+                ),
+            ),
+            Some(first) if first.access != claim.access => diags.object(
+                Severity::Warning,
+                &claim.ingress,
+                claim.field.clone(),
+                format!(
+                    "ssl-passthrough for host {} takes its access lists from {} ({}), which takes precedence; this path's allow-list/deny-list are not applied",
                     claim.host, first.ingress, first.field
                 ),
             ),
@@ -372,6 +386,7 @@ mod tests {
             rank,
             ingress: ObjectRef::new(Kind::Ingress, &Key::new("ns", format!("i{rank}"))),
             field: "spec.rules[0]".to_string(),
+            access: None,
         };
         let mut diags = Diagnostics::new();
         let (map, _) = sni_map(
