@@ -255,7 +255,6 @@ fn https_passthrough_reach_backend() {
 /// Ingress refuses other clients' connections (the test client is not 6.6.6.6); a name that
 /// is not passed through is not affected.
 #[test]
-#[ignore = "allow-lists are not applied to ssl-passthrough yet"]
 fn https_passthrough_ingress_annotations() {
     let h = harness();
     let suite = Suite::new("https-passthrough-acl");
