@@ -13,45 +13,11 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::*;
 
 const NS: &str = "e2e-tests-crd-tcp";
-
-/// An `openssl s_server` "pod" on 127.0.0.1:`port`, killed when dropped.
-struct TlsPod(Child);
-
-impl TlsPod {
-    fn start(port: u16, cert: &Path, key: &Path) -> Self {
-        let child = Command::new("openssl")
-            .args(["s_server", "-www", "-quiet", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-cert")
-            .arg(cert)
-            .arg("-key")
-            .arg(key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting openssl s_server");
-        let pod = Self(child);
-        wait_until(Duration::from_secs(10), "s_server listens", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        pod
-    }
-}
-
-impl Drop for TlsPod {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// One "app" of the suite: Service `name` with ports 80 (`http`), 81 (`http2`, the same
 /// pod port) and 443 (`https`), an echo server behind the first two and a TLS pod with its own

@@ -13,12 +13,10 @@ mod support;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use incumbent::*;
-use support::{APPLY_TIMEOUT, Answer, Harness, free_port, self_signed, wait_until};
+use support::{APPLY_TIMEOUT, Answer, Harness, TlsPod, free_port, self_signed, wait_until};
 
 /// A harness serving the incumbent's class, with its IngressClass and base ConfigMap.
 fn started(extra: &[&str]) -> Harness {
@@ -220,38 +218,6 @@ fn endpoints_non_ready() {
             suite.get(&h, &[]).map(|a| a.who()).as_deref(),
             Some("http-echo-0")
         );
-    }
-}
-
-/// An `openssl s_server -www` pod on 127.0.0.1:`port`; killed when dropped.
-struct TlsPod(Child);
-
-impl TlsPod {
-    fn start(port: u16, cert: &Path, key: &Path) -> Self {
-        let child = Command::new("openssl")
-            .args(["s_server", "-www", "-quiet", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-cert")
-            .arg(cert)
-            .arg("-key")
-            .arg(key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting openssl s_server");
-        let pod = Self(child);
-        wait_until(Duration::from_secs(10), "s_server listens", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        pod
-    }
-}
-
-impl Drop for TlsPod {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -11,16 +11,15 @@
 mod incumbent;
 mod support;
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use incumbent::*;
 use support::{
-    APPLY_TIMEOUT, Answer, Harness, fingerprint, free_port, output_with_input, output_within,
-    self_signed, served_certificate, wait_until,
+    APPLY_TIMEOUT, Answer, Harness, TlsPod, fingerprint, free_port, output_with_input,
+    output_within, self_signed, served_certificate, wait_until,
 };
 
 static SHARED: Shared = Shared::new();
@@ -177,39 +176,16 @@ fn https_offload() {
 
 /// An `openssl s_server -www` pod on 127.0.0.1:`port` serving `default`, or `by_name` to
 /// clients whose SNI is `name`; killed when dropped.
-struct TlsPod(Child);
-
-impl TlsPod {
-    fn start(port: u16, default: &Cert, name: &str, by_name: &Cert) -> Self {
-        let child = Command::new("openssl")
-            .args(["s_server", "-www", "-quiet", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-cert")
-            .arg(&default.crt_path)
-            .arg("-key")
-            .arg(&default.key_path)
-            .args(["-servername", name, "-cert2"])
-            .arg(&by_name.crt_path)
-            .arg("-key2")
-            .arg(&by_name.key_path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting openssl s_server");
-        let pod = Self(child);
-        wait_until(Duration::from_secs(10), "s_server listens", || {
-            TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        pod
-    }
-}
-
-impl Drop for TlsPod {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn tls_pod(port: u16, default: &Cert, name: &str, by_name: &Cert) -> TlsPod {
+    let extra = [
+        "-servername".as_ref(),
+        name.as_ref(),
+        "-cert2".as_ref(),
+        by_name.crt_path.as_os_str(),
+        "-key2".as_ref(),
+        by_name.key_path.as_os_str(),
+    ];
+    TlsPod::start_with(port, &default.crt_path, &default.key_path, &extra)
 }
 
 /// The https suite's passthrough app: a pod whose TLS server shows a certificate of its own
@@ -222,7 +198,7 @@ fn passthrough_app(suite: &Suite, h: &Harness) -> (Pod, TlsPod, String) {
     let dir = scratch(h, &format!("{}-pod", suite.ns));
     let pod_default = cert(&dir, "pod.default", "pod-default");
     let pod_sni = cert(&dir, &suite.host, "pod-sni");
-    let tls = TlsPod::start(tls_port, &pod_default, &suite.host, &pod_sni);
+    let tls = tls_pod(tls_port, &pod_default, &suite.host, &pod_sni);
     (pod, tls, fingerprint(&h.work(), &pod_sni.crt))
 }
 

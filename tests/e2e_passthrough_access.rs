@@ -8,8 +8,6 @@
 mod support;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use support::*;
 
@@ -17,38 +15,6 @@ const NS: &str = "shop";
 const ALLOWED: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 const OTHER: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
 const DEFAULT: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
-
-/// `openssl s_server` on 127.0.0.1:`port`, killed when dropped.
-struct TlsPod(Child);
-
-impl TlsPod {
-    fn start(port: u16, cert: &std::path::Path, key: &std::path::Path) -> Self {
-        let child = Command::new("openssl")
-            .args(["s_server", "-www", "-quiet", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-cert")
-            .arg(cert)
-            .arg("-key")
-            .arg(key)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting openssl s_server");
-        let pod = Self(child);
-        wait_until(Duration::from_secs(10), "s_server listens", || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        });
-        pod
-    }
-}
-
-impl Drop for TlsPod {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn passthrough_ingress(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
     annotated(

@@ -1269,3 +1269,42 @@ pub fn write_tls_site(h: &mut Harness, ns: &str, host: &str, secret: &str) {
         ),
     );
 }
+
+/// An `openssl s_server -www` "pod" on 127.0.0.1:`port` serving `cert` and `key`, with `extra`
+/// arguments (`-servername NAME -cert2 … -key2 …` for a second certificate by SNI); killed
+/// when dropped.
+pub struct TlsPod(Child);
+
+impl TlsPod {
+    pub fn start(port: u16, cert: &Path, key: &Path) -> Self {
+        Self::start_with(port, cert, key, &[])
+    }
+
+    pub fn start_with(port: u16, cert: &Path, key: &Path, extra: &[&std::ffi::OsStr]) -> Self {
+        let child = Command::new("openssl")
+            .args(["s_server", "-www", "-quiet", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(cert)
+            .arg("-key")
+            .arg(key)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting openssl s_server");
+        let pod = Self(child);
+        wait_until(Duration::from_secs(10), "s_server listens", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok()
+        });
+        pod
+    }
+}
+
+impl Drop for TlsPod {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
