@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use incumbent::*;
 use support::{
-    APPLY_TIMEOUT, Answer, Harness, TlsPod, fingerprint, free_port, output_with_input,
+    APPLY_TIMEOUT, Answer, Harness, TlsPod, fingerprint, free_port, make_ca, output_with_input,
     output_within, self_signed, served_certificate, wait_until,
 };
 
@@ -291,31 +291,6 @@ fn https_redirect() {
 // ---------------------------------------------------------------------------------------------
 // tls-auth
 
-/// A CA in `dir`: `(certificate path, key path, PEM)`.
-fn make_ca(dir: &Path, tag: &str) -> (PathBuf, PathBuf, String) {
-    let crt = dir.join(format!("{tag}-ca.crt"));
-    let key = dir.join(format!("{tag}-ca.key"));
-    let mut cmd = Command::new("openssl");
-    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-days", "2", "-subj"])
-        .arg(format!("/CN={tag} CA/O=haproxy"))
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt);
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pem = std::fs::read_to_string(&crt).unwrap();
-    (crt, key, pem)
-}
-
 /// A client certificate for `cn` signed by the CA: `(certificate path, key path)`.
 fn make_client(
     dir: &Path,
@@ -415,8 +390,8 @@ fn tls_auth_client_tls_auth() {
     wait_until(APPLY_TIMEOUT, "without the CA's Secret: 403", || {
         https_with_client_cert(h.https_port, &host, None).is_some_and(|a| a.status == 403)
     });
-    let ca = make_ca(&dir, "client");
-    let wrong_ca = make_ca(&dir, "wrong");
+    let ca = make_ca(&dir, "client", "/CN=client CA/O=haproxy");
+    let wrong_ca = make_ca(&dir, "wrong", "/CN=wrong CA/O=haproxy");
     let valid = make_client(&dir, &ca, "valid", "valid");
     let wrong = make_client(&dir, &wrong_ca, "wrong", "wrong");
     // The CA Secret in the incumbent's format: the certificate under `tls.crt`.

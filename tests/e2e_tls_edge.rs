@@ -15,31 +15,6 @@ use support::*;
 
 const NS: &str = "shop";
 
-/// A CA: `(certificate path, key path, certificate PEM)`.
-fn make_ca(dir: &Path, tag: &str) -> (PathBuf, PathBuf, String) {
-    let crt = dir.join(format!("{tag}-ca.crt"));
-    let key = dir.join(format!("{tag}-ca.key"));
-    let mut cmd = Command::new("openssl");
-    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-days", "2", "-subj"])
-        .arg(format!("/CN={tag} CA"))
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&crt);
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pem = std::fs::read_to_string(&crt).unwrap();
-    (crt, key, pem)
-}
-
 /// A certificate for `name` signed by the CA: `(certificate path, key path, cert PEM, key PEM)`.
 fn make_signed(
     dir: &Path,
@@ -307,9 +282,9 @@ fn client_ca_config(optional: bool) -> String {
 fn client_certificates_are_required_or_passed_on() {
     let mut h = Harness::new();
     let work = h.work();
-    let ca = make_ca(&work, "clients");
+    let ca = make_ca(&work, "clients", "/CN=clients CA");
     let alice = make_signed(&work, &ca, "alice", "alice");
-    let rogue_ca = make_ca(&work, "rogue");
+    let rogue_ca = make_ca(&work, "rogue", "/CN=rogue CA");
     let mallory = make_signed(&work, &rogue_ca, "mallory", "mallory");
 
     let web = h.backend(NS, "web");
@@ -432,10 +407,10 @@ fn client_certificates_are_required_or_passed_on() {
 fn tls_to_the_pods_is_verified_and_presents_a_client_certificate() {
     let mut h = Harness::new();
     let work = h.work();
-    let pods_ca = make_ca(&work, "pods");
+    let pods_ca = make_ca(&work, "pods", "/CN=pods CA");
     let pod = make_signed(&work, &pods_ca, "api.internal", "api-pod");
     // The pod only talks to clients with a certificate from this CA: HAProxy's server-crt.
-    let to_pods_ca = make_ca(&work, "to-pods");
+    let to_pods_ca = make_ca(&work, "to-pods", "/CN=to-pods CA");
     let haproxy_client = make_signed(&work, &to_pods_ca, "haproxy", "haproxy-client");
     let pod_port = free_port();
     let _pod = TlsPod::start(pod_port, &pod.0, &pod.1, Some(&to_pods_ca.0));
@@ -473,7 +448,7 @@ fn tls_to_the_pods_is_verified_and_presents_a_client_certificate() {
     );
 
     // Another CA: the pod's certificate no longer verifies, and HAProxy refuses to talk to it.
-    let other = make_ca(&work, "other");
+    let other = make_ca(&work, "other", "/CN=other CA");
     let (reloads, failed) = h.reloads();
     h.write("pods-ca.yaml", &ca_secret("pods-ca", &other.2));
     wait_until(APPLY_TIMEOUT, "the pod is refused", || {

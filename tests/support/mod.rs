@@ -1308,3 +1308,28 @@ impl Drop for TlsPod {
         let _ = self.0.wait();
     }
 }
+
+/// A CA in `dir` named by `subject` (`/CN=…`), made by `openssl req`: `(certificate path,
+/// key path, certificate PEM)`.
+pub fn make_ca(dir: &Path, tag: &str, subject: &str) -> (PathBuf, PathBuf, String) {
+    let crt = dir.join(format!("{tag}-ca.crt"));
+    let key = dir.join(format!("{tag}-ca.key"));
+    let mut cmd = Command::new("openssl");
+    cmd.args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .arg("ec_paramgen_curve:prime256v1")
+        .args(["-nodes", "-days", "2", "-subj", subject])
+        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
+        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt);
+    let out = output_within(cmd, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pem = std::fs::read_to_string(&crt).unwrap();
+    (crt, key, pem)
+}
