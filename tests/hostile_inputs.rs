@@ -274,13 +274,14 @@ proptest! {
                         prop_assert!(before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'),
                             "{:?} passed with a Lua name", line);
                     }
-                    let keyword = code.split_whitespace().next().unwrap_or_default().to_string();
+                    let words = haproxy_words(&lower);
+                    let keyword = words.first().cloned().unwrap_or_default();
                     for denied in ["lua-load", "program", "setenv", "presetenv", "external-check", "insecure-fork-wanted", "global", "backend", "frontend"] {
                         prop_assert!(keyword != denied, "{:?} passed", line);
                     }
                     prop_assert!(!keyword.starts_with('.'), "{:?} passed", line);
-                    for word in code.split_whitespace() {
-                        prop_assert!(!["file", "lf-file", "errorfile", "config", "crt", "-f"].contains(&word),
+                    for word in &words {
+                        prop_assert!(!["file", "lf-file", "errorfile", "config", "crt", "-f"].contains(&word.as_str()),
                             "{:?} passed with a file argument", line);
                     }
                     let mut quoted = false;
@@ -297,18 +298,46 @@ proptest! {
 
 /// What HAProxy reads of a line: up to the first `#` outside quotes, quotes removed.
 fn haproxy_code(line: &str) -> String {
+    haproxy_words(line).join(" ")
+}
+
+/// The words HAProxy reads from `line`, written independently of the snippet checker: quotes
+/// removed, a backslash escaping the next character outside single quotes (`\xNN` a byte),
+/// nothing after an unquoted, unescaped `#`.
+fn haproxy_words(line: &str) -> Vec<String> {
     let (mut single, mut double) = (false, false);
-    let mut end = line.len();
-    for (i, c) in line.char_indices() {
+    let (mut words, mut word, mut in_word) = (Vec::new(), String::new(), false);
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
-            '\'' if !double => single = !single,
-            '"' if !single => double = !double,
-            '#' if !single && !double => {
-                end = i;
-                break;
+            '\'' if !double => (single, in_word) = (!single, true),
+            '"' if !single => (double, in_word) = (!double, true),
+            '#' if !single && !double => break,
+            '\\' if !single => {
+                in_word = true;
+                match chars.next() {
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        word.extend(u8::from_str_radix(&hex, 16).ok().map(char::from));
+                    }
+                    Some(next) => word.push(next),
+                    None => {}
+                }
             }
-            _ => {}
+            c if c.is_whitespace() && !single && !double => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                word.push(c);
+                in_word = true;
+            }
         }
     }
-    line[..end].replace(['"', '\''], "")
+    if in_word {
+        words.push(word);
+    }
+    words
 }
