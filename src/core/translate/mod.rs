@@ -1398,49 +1398,14 @@ impl<'a> Translator<'a> {
 
     fn finish(mut self, global: crate::model::GlobalSettings) -> Translation {
         let global_tls = global.tls.clone();
-        // Crt-list lines, certificate files, redirect and passthrough claims come from the
-        // Ingress parts alone: the last run's when the parts contribute the same.
-        let prior_tls = self.incremental.tls(self.ingress_parts.len());
-        // So do the routes.
         let ingress_parts = std::mem::take(&mut self.ingress_parts);
-        let parts_tls = match prior_tls {
-            Some(kept) => kept.parts.clone(),
-            None => Arc::new(parts::PartsTls::gather(&ingress_parts)),
-        };
-        // Without a certificate there is no HTTPS frontend to redirect to.
-        let redirects_on = self.config.listen.https
-            && (!parts_tls.crt_list.is_empty() || self.default_certificate.is_some());
-        let redirect_map =
-            redirects_on.then(|| match prior_tls.and_then(|k| k.redirects.clone()) {
-                Some(kept) => kept,
-                None => {
-                    let mut diags = Diagnostics::new();
-                    let (entries, codes, ported) =
-                        routes::redirect_map(&parts_tls.redirects, &mut diags);
-                    Arc::new(parts::RedirectMap {
-                        entries,
-                        codes,
-                        ported,
-                        diagnostics: diags.into_sorted(),
-                    })
-                }
-            });
+        let parts_tls = self.incremental.parts_tls(&ingress_parts);
         let groups: Vec<&[RouteCandidate]> = ingress_parts
             .iter()
             .map(|part| part.routes.as_slice())
             .collect();
         let claims = self.incremental.claims(&groups);
         let (mut maps, needs) = routes::build_maps(&groups, claims, &mut self.diags);
-        let mut redirect_codes = Vec::new();
-        let mut ssl_redirect_ports = Vec::new();
-        if let Some(redirects) = &redirect_map {
-            maps.ssl_redirect.clone_from(&redirects.entries);
-            redirect_codes.clone_from(&redirects.codes);
-            ssl_redirect_ports.clone_from(&redirects.ported);
-            for d in &redirects.diagnostics {
-                self.diags.push(d.clone());
-            }
-        }
         // route-acl: canary routes get their own part of the maps and frontend rules. Most
         // clusters have none: the routes (tens of thousands) are not gathered for nothing.
         let canaries = if ingress_parts.iter().any(|p| p.has_canary) {
@@ -1460,53 +1425,12 @@ impl<'a> Translator<'a> {
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
-        // A `client-ca` that is not even a Secret reference refuses like an unusable Secret
-        // (the global hook reported it on the ConfigMap).
-        let client_ca_invalid = global_tls
-            .client_ca_invalid
-            .then(|| crate::model::ClientAuth {
-                ca_file: None,
-                verify: "required".to_string(),
-            });
-        let client_auth = global_tls.client_ca.as_deref().map(|reference| {
-            let verify = if global_tls.client_crt_optional {
-                "optional"
-            } else {
-                "required"
-            }
-            .to_string();
-            match tls_edge::ca_file(self.store, reference) {
-                Ok(pem) => {
-                    let ca_file = Some(pem.path.clone());
-                    self.static_files.insert(pem.path, pem.content);
-                    crate::model::ClientAuth { ca_file, verify }
-                }
-                Err(e) => {
-                    let subject = self.config.config_map.as_ref().map_or_else(
-                        || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
-                        |k| ObjectRef::new(Kind::ConfigMap, k),
-                    );
-                    self.diags.object(
-                        Severity::Error,
-                        &subject,
-                        "client-ca",
-                        format!("{e}; HTTPS requests are refused (403) until it is fixed"),
-                    );
-                    crate::model::ClientAuth {
-                        ca_file: None,
-                        verify,
-                    }
-                }
-            }
-        });
-        let client_auth = client_auth.or(client_ca_invalid);
+        let client_auth = self.client_auth(&global_tls);
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
             tcp_backends.push(Arc::new(self.backend(name, build)));
         }
 
-        // The TLS settings: the last run's when made from the same parts and the rest is
-        // the same too (thousands of certificate files are not gathered and compared again).
         let tls_main = parts::TlsMain {
             default_certificate: self.default_certificate.take(),
             pem_files: std::mem::take(&mut self.pem_files),
@@ -1518,17 +1442,24 @@ impl<'a> Translator<'a> {
             strict_sni: global_tls.strict_sni,
             client_auth,
         };
-        let tls = match prior_tls.filter(|kept| kept.main == tls_main) {
-            Some(kept) => kept.tls.clone(),
-            None => Arc::new(tls_main.tls(&parts_tls, &ingress_parts)),
-        };
+        // Without a certificate there is no HTTPS frontend to redirect to.
+        let redirects_on = self.config.listen.https
+            && (!parts_tls.crt_list.is_empty() || tls_main.default_certificate.is_some());
+        let https = self
+            .incremental
+            .https(&ingress_parts, parts_tls, tls_main, redirects_on);
         drop(ingress_parts);
-        self.incremental.keep_tls(parts::TlsKept {
-            parts: parts_tls,
-            main: tls_main,
-            tls: tls.clone(),
-            redirects: redirect_map,
-        });
+        let tls = https.tls.clone();
+        let mut redirect_codes = Vec::new();
+        let mut ssl_redirect_ports = Vec::new();
+        if let Some(redirects) = &https.redirects {
+            maps.ssl_redirect.clone_from(&redirects.entries);
+            redirect_codes.clone_from(&redirects.codes);
+            ssl_redirect_ports.clone_from(&redirects.ported);
+            for d in &redirects.diagnostics {
+                self.diags.push(d.clone());
+            }
+        }
 
         let default_backend = match self.default_backend.take() {
             Some((backend, _)) => DefaultBackend::Service { backend },
@@ -1572,6 +1503,54 @@ impl<'a> Translator<'a> {
             parts: self.incremental.into_parts(),
             budget: self.budget,
         }
+    }
+
+    /// The HTTPS bind's client authentication from the ConfigMap's `client-ca` settings. A
+    /// CA that cannot be used refuses every HTTPS request rather than letting it through.
+    fn client_auth(
+        &mut self,
+        global_tls: &crate::model::GlobalTls,
+    ) -> Option<crate::model::ClientAuth> {
+        // A `client-ca` that is not even a Secret reference refuses like an unusable Secret
+        // (the global hook reported it on the ConfigMap).
+        let client_ca_invalid = global_tls
+            .client_ca_invalid
+            .then(|| crate::model::ClientAuth {
+                ca_file: None,
+                verify: "required".to_string(),
+            });
+        let client_auth = global_tls.client_ca.as_deref().map(|reference| {
+            let verify = if global_tls.client_crt_optional {
+                "optional"
+            } else {
+                "required"
+            }
+            .to_string();
+            match tls_edge::ca_file(self.store, reference) {
+                Ok(pem) => {
+                    let ca_file = Some(pem.path.clone());
+                    self.static_files.insert(pem.path, pem.content);
+                    crate::model::ClientAuth { ca_file, verify }
+                }
+                Err(e) => {
+                    let subject = self.config.config_map.as_ref().map_or_else(
+                        || ObjectRef::new(Kind::ConfigMap, &Key::new("", "(none)")),
+                        |k| ObjectRef::new(Kind::ConfigMap, k),
+                    );
+                    self.diags.object(
+                        Severity::Error,
+                        &subject,
+                        "client-ca",
+                        format!("{e}; HTTPS requests are refused (403) until it is fixed"),
+                    );
+                    crate::model::ClientAuth {
+                        ca_file: None,
+                        verify,
+                    }
+                }
+            }
+        });
+        client_auth.or(client_ca_invalid)
     }
 
     /// The HTTP backends, in name order, from the run's registrations (`ingress_parts` holds
