@@ -76,6 +76,32 @@ fn main() -> ExitCode {
                 ExitCode::from(exit::INPUT)
             }
         },
+        Command::AdmissionPolicy {
+            scripts_dir,
+            ingress_class,
+            configmap,
+            deny,
+        } => match portcullis::source::site::load_policy(scripts_dir.as_deref()) {
+            Ok(engine) => {
+                use portcullis::tools::{admission_policy, annotations};
+                let options = admission_policy::PolicyOptions {
+                    ingress_class,
+                    config_map: configmap,
+                    deny,
+                };
+                print_out(&admission_policy::yaml(
+                    &annotations::rows(&engine),
+                    &options,
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                ExitCode::from(exit::INPUT)
+            }
+        },
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
