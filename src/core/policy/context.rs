@@ -825,6 +825,12 @@ impl Ctx {
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
+    /// A regex as an ACL's `-m reg` compiles it.
+    fn get_regex(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_acl_regex)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
     /// `REPLACEMENT` or `REGEX REPLACEMENT` → `[regex, replacement]`.
     fn get_rewrite(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), parse_rewrite)
@@ -1092,6 +1098,12 @@ pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
     }
 }
 
+/// `ctx.regex`: a regex for an ACL pattern (`-m reg`), checked as [`values::parse_regex_at`]
+/// checks it there.
+pub fn parse_acl_regex(v: &str) -> ParseResult<String> {
+    values::parse_regex_at(v, values::RegexPlace::Acl { ignore_case: false })
+}
+
 /// `path-rewrite` as the incumbent reads it: one rule per line (see [`parse_rewrite`]), applied
 /// in order; blank lines are skipped.
 pub fn parse_rewrites(v: &str) -> ParseResult<Vec<(String, String)>> {
@@ -1279,6 +1291,7 @@ pub(crate) fn register(engine: &mut Engine) {
         "host" => get_host,
         "cookie_name" => get_cookie_name,
         "path" => get_path,
+        "regex" => get_regex,
         "rewrite" => get_rewrite,
         "rewrites" => get_rewrites,
         "http_check" => get_http_check,

@@ -184,6 +184,32 @@ impl Section {
     }
 }
 
+/// The hook points of the bundled templates: (the key in `site_parts`, the part a site
+/// provides). Each is empty in the bundled set.
+pub const HOOK_PARTS: &[(&str, &str)] = &[
+    ("global", "parts/site/global.j2"),
+    ("defaults", "parts/site/defaults.j2"),
+    ("frontend", "parts/site/frontend.j2"),
+    ("backend", "parts/site/backend.j2"),
+    ("route_policy", "parts/site/route-policy.j2"),
+];
+
+/// `site_parts`: for each hook point, whether a site file provides its part. The bundled
+/// templates include a hook part only then: an include costs a tenth of a backend's
+/// rendering, and the bundled parts are empty.
+fn site_parts(files: &[SourceFile]) -> minijinja::Value {
+    HOOK_PARTS
+        .iter()
+        .map(|(key, part)| {
+            let provided = files
+                .iter()
+                .any(|f| f.name == *part && matches!(f.layer, layers::Layer::Site { .. }));
+            (*key, provided)
+        })
+        .collect::<BTreeMap<&str, bool>>()
+        .into()
+}
+
 /// Compiled templates.
 #[derive(Debug)]
 pub struct Renderer {
@@ -222,6 +248,7 @@ impl Renderer {
             env.set_syntax(config);
         }
         formatter::register(&mut env);
+        env.add_global("site_parts", site_parts(&files));
         let sections = std::sync::Arc::default();
         sections::register(&mut env, &sections);
         let mut errors = Vec::new();
