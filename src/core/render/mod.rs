@@ -184,29 +184,39 @@ impl Section {
     }
 }
 
-/// The hook points of the bundled templates: (the key in `site_parts`, the part a site
-/// provides). Each is empty in the bundled set.
+/// The hook points of the bundled templates: (the key in `site_parts`, the part's name
+/// without `.j2`). The bundled part of each is empty.
 pub const HOOK_PARTS: &[(&str, &str)] = &[
-    ("global", "parts/site/global.j2"),
-    ("defaults", "parts/site/defaults.j2"),
-    ("frontend", "parts/site/frontend.j2"),
-    ("backend", "parts/site/backend.j2"),
-    ("route_policy", "parts/site/route-policy.j2"),
+    ("global", "parts/site/global"),
+    ("defaults", "parts/site/defaults"),
+    ("frontend", "parts/site/frontend"),
+    ("backend", "parts/site/backend"),
+    ("route_policy", "parts/site/route-policy"),
 ];
 
-/// `site_parts`: for each hook point, whether a site file provides its part. The bundled
-/// templates include a hook part only then: an include costs a tenth of a backend's
-/// rendering, and the bundled parts are empty.
+/// `site_parts`: for each hook point, the site templates to include there, in name order:
+/// `<part>.j2` when a site file overrides it, then every `<part>/NAME.j2` (one per directive
+/// family). The bundled templates include nothing at a point without any: an include costs
+/// a tenth of a backend's rendering, and the bundled parts are empty.
 fn site_parts(files: &[SourceFile]) -> minijinja::Value {
     HOOK_PARTS
         .iter()
         .map(|(key, part)| {
-            let provided = files
+            let single = format!("{part}.j2");
+            let dir = format!("{part}/");
+            let mut names: Vec<String> = files
                 .iter()
-                .any(|f| f.name == *part && matches!(f.layer, layers::Layer::Site { .. }));
-            (*key, provided)
+                .filter(|f| {
+                    (f.name == single && matches!(f.layer, layers::Layer::Site { .. }))
+                        || (f.name.starts_with(&dir) && f.name.ends_with(".j2"))
+                })
+                .map(|f| f.name.clone())
+                .collect();
+            // `<part>.j2` sorts before `<part>/…` ('.' < '/').
+            names.sort_unstable();
+            (*key, names)
         })
-        .collect::<BTreeMap<&str, bool>>()
+        .collect::<BTreeMap<&str, Vec<String>>>()
         .into()
 }
 
