@@ -820,7 +820,20 @@ async fn apply_output(
             | ApplyError::Reload {
                 alerts: messages, ..
             },
-        ) => hold_culprits(messages, &mut output, store, quarantine),
+        ) => {
+            // A site template part's line HAProxy refused is the site's to fix: named with
+            // its file and line, in /readyz until the site layers change.
+            let parts = crate::attribution::site_parts(
+                messages,
+                &output.rendered,
+                pipeline.renderer.templates(),
+            );
+            if let Some(first) = parts.first() {
+                site_failed(status, first.to_string());
+            }
+            output.diagnostics.extend(parts);
+            hold_culprits(messages, &mut output, store, quarantine)
+        }
         _ => 0,
     };
     report_diagnostics(&output.diagnostics, metrics);
