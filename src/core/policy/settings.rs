@@ -252,7 +252,7 @@ fn site_value(v: &Dynamic, depth: usize) -> Result<SiteValue, String> {
 
 /// A string of a site setting: a token when the output guard would print it as it is, text
 /// otherwise; text must be quotable (no `'`, no control character).
-fn site_string(s: &str) -> Result<SiteValue, String> {
+pub fn site_string(s: &str) -> Result<SiteValue, String> {
     let shown = || crate::diagnostics::quoted(s);
     if s.is_empty() {
         return Err("an empty string (leave the key out, or return ())".to_string());
