@@ -309,4 +309,62 @@ fn the_documented_directives_work_when_added_to_a_running_controller() {
     assert!(!cfg.contains("(admin'"), "{cfg}");
     // Everyone else is served.
     assert_eq!(h.who("up.example.com", "/"), "web");
+
+    // A part that prints text bare is refused when it is loaded, named with its file and
+    // line, and the parts in force stay.
+    let maintenance = h
+        .work()
+        .join("site/templates/parts/site/route-policy/maintenance.j2");
+    let good = std::fs::read_to_string(&maintenance).unwrap();
+    write_atomically(
+        &maintenance,
+        &good.replace("site.maintenance|q", "site.maintenance"),
+    );
+    wait_until(APPLY_TIMEOUT, "the bare text refused", || {
+        h.readyz().is_some_and(|(_, r)| {
+            r["site_error"].as_str().is_some_and(|e| {
+                e.contains(&format!(
+                    "{}: line 2: refusing to print",
+                    maintenance.display()
+                ))
+            })
+        })
+    });
+    assert_eq!(h.get("down.example.com", "/").status, 503);
+    write_atomically(&maintenance, &good);
+
+    // A part printing a line HAProxy refuses is named with its file and line; fixed, every
+    // object it touched is back.
+    let compression = h
+        .work()
+        .join("site/templates/parts/site/backend/compression.j2");
+    let good = std::fs::read_to_string(&compression).unwrap();
+    write_atomically(
+        &compression,
+        &good.replace(
+            "{{ site.compression.algo }}",
+            "{{ site.compression.algo }}-fast",
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the refused part named", || {
+        h.readyz().is_some_and(|(_, r)| {
+            r["site_error"].as_str().is_some_and(|e| {
+                e.contains(&format!(
+                    "{}: line 2: HAProxy refused",
+                    compression.display()
+                )) && e.contains("gzip-fast")
+            })
+        })
+    });
+    write_atomically(&compression, &good);
+    wait_until(APPLY_TIMEOUT, "the fixed part in force", || {
+        h.readyz().is_some_and(|(_, r)| r["site_error"].is_null())
+            && h.try_get("up.example.com", "/")
+                .is_some_and(|a| a.who() == "web")
+            && gzip_get(h.http_port, "shop.example.com", "/")
+                .is_some_and(|(head, _)| head.contains("content-encoding: gzip"))
+    });
+    assert_eq!(h.get("down.example.com", "/").status, 503);
+    assert_eq!(h.who("up.example.com", "/"), "web");
+    assert_eq!(h.pid(), pid, "no restart");
 }
