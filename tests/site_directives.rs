@@ -368,3 +368,99 @@ fn the_documented_directives_work_when_added_to_a_running_controller() {
     assert_eq!(h.who("up.example.com", "/"), "web");
     assert_eq!(h.pid(), pid, "no restart");
 }
+
+/// Each hook point includes its site parts where the docs say, in name order (the overridden
+/// `<point>.j2` first), with the variables the docs list; haproxy.cfg stays valid.
+#[test]
+fn hook_points_include_site_parts_in_place_and_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let parts = dir.path().join("parts/site");
+    let files: &[(&str, &str)] = &[
+        ("global.j2", "  # global {{ site.level }}\n"),
+        ("defaults.j2", "  # defaults {{ site.level }}\n"),
+        ("frontend/b.j2", "  # frontend {{ frontend }} b\n"),
+        ("frontend/a.j2", "  # frontend {{ frontend }} a\n"),
+        (
+            "backend.j2",
+            "  # backend {{ backend.name }} {{ site|length }}\n",
+        ),
+        ("backend/x.j2", "  # backend x\n"),
+        (
+            "route-policy/deny.j2",
+            "  # policy {{ p.id }} {{ site.tag if site.tag is defined else \"none\" }}\n  http-request deny if {{ applies }} FALSE\n",
+        ),
+    ];
+    for (name, text) in files {
+        let path = parts.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let scripts = tempfile::tempdir().unwrap();
+    std::fs::write(
+        scripts.path().join("tag.rhai"),
+        "// Scope: global, route\n// Risk: low\nfn global(ctx) { #{ site: #{ level: 3 } } }\nfn route(ctx) { #{ site: #{ tag: \"t1\" } } }\n",
+    )
+    .unwrap();
+    let manifests = tempfile::tempdir().unwrap();
+    let case = page_files()
+        .into_iter()
+        .find(|(p, _)| p == "cases/maintenance/manifests.yaml")
+        .unwrap()
+        .1;
+    std::fs::write(manifests.path().join("m.yaml"), case).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["check", "--manifests"])
+        .arg(manifests.path())
+        .arg("--scripts-dir")
+        .arg(scripts.path())
+        .arg("--templates-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let render = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["render", "--manifests"])
+        .arg(manifests.path())
+        .arg("--scripts-dir")
+        .arg(scripts.path())
+        .arg("--templates-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let cfg = String::from_utf8(render.stdout).unwrap();
+    let lines: Vec<&str> = cfg.lines().collect();
+    let after = |line: &str| {
+        let at = lines
+            .iter()
+            .position(|l| l.trim() == line)
+            .unwrap_or_else(|| panic!("{line}:\n{cfg}"));
+        lines[at + 1].trim()
+    };
+    // The end of global and defaults (a blank line, then the next section).
+    assert_eq!(after("# global 3"), "");
+    assert_eq!(after("# defaults 3"), "");
+    // Before routing, in name order.
+    assert_eq!(after("# frontend http a"), "# frontend http b");
+    assert!(
+        after("# frontend http b").starts_with("http-request deny deny_status 400"),
+        "{cfg}"
+    );
+    // The overridden part, then the family's, then default-server.
+    assert_eq!(after("# backend shop_web_80 0"), "# backend x");
+    assert!(after("# backend x").starts_with("default-server"), "{cfg}");
+    // One per route policy, with its site settings and the ready condition.
+    let policy = lines
+        .iter()
+        .find(|l| l.trim().starts_with("# policy p"))
+        .unwrap_or_else(|| panic!("{cfg}"));
+    let id = policy.trim().split(' ').nth(2).unwrap();
+    assert_eq!(policy.trim(), format!("# policy {id} t1"));
+    assert_eq!(
+        after(policy.trim()),
+        format!("http-request deny if {{ var(txn.policy) -m str {id} }} FALSE")
+    );
+}
