@@ -501,6 +501,40 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// A template line prints a config line when its literal text surrounds the printed
+    /// values in order; tag-only lines and short literals print nothing attributable.
+    #[test]
+    fn template_lines_are_matched_by_their_literal_text() {
+        let prints = template_line_prints;
+        assert!(prints(
+            "  compression algo {{ site.compression.algo }}",
+            "  compression algo gzip-fast"
+        ));
+        assert!(prints(
+            "  compression type{% for t in site.types %} {{ t }}{% endfor +%}",
+            "  compression type text/html text/plain"
+        ));
+        assert!(prints(
+            "  http-request deny if {{ applies }} { path -m reg {{ site.deny_path|q }} }",
+            "  http-request deny if { var(txn.policy) -m str p1 } { path -m reg '^/a' }"
+        ));
+        assert!(prints(
+            "  option http-buffer-request",
+            "  option http-buffer-request"
+        ));
+        assert!(!prints(
+            "  compression algo {{ site.algo }}",
+            "  compression type text/html"
+        ));
+        assert!(!prints("  option http-buffer-request", "  option httplog"));
+        assert!(!prints("{% if site.algo is defined %}", "  anything"));
+        assert!(!prints("  {{ line }}", "  anything"));
+        assert!(!prints(
+            "{# a comment that goes on",
+            "a comment that goes on"
+        ));
+    }
+
     #[test]
     fn pointers_are_read_from_haproxys_own_words() {
         let p = pointer(
