@@ -174,6 +174,7 @@ impl WatchPlan {
 
 /// The API resource of a kind.
 pub fn api_resource(kind: Kind) -> ApiResource {
+    use portcullis_core::objects::gateway::GATEWAY_GROUP;
     let (group, version, plural) = match kind {
         Kind::Ingress => ("networking.k8s.io", "v1", "ingresses"),
         Kind::IngressClass => ("networking.k8s.io", "v1", "ingressclasses"),
@@ -186,6 +187,12 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::Backend => ("ingress.v3.haproxy.org", "v3", "backends"),
         Kind::Defaults => ("ingress.v3.haproxy.org", "v3", "defaults"),
         Kind::Global => ("ingress.v3.haproxy.org", "v3", "globals"),
+        Kind::GatewayClass => (GATEWAY_GROUP, "v1", "gatewayclasses"),
+        Kind::Gateway => (GATEWAY_GROUP, "v1", "gateways"),
+        Kind::HttpRoute => (GATEWAY_GROUP, "v1", "httproutes"),
+        // Served as v1beta1 by every standard-channel release.
+        Kind::ReferenceGrant => (GATEWAY_GROUP, "v1beta1", "referencegrants"),
+        Kind::Namespace => ("", "v1", "namespaces"),
     };
     ApiResource {
         group: group.to_string(),
