@@ -171,6 +171,22 @@ impl Translator<'_> {
         // The frontends each host is served on.
         let mut hosts: BTreeMap<String, BTreeSet<Frontend>> = BTreeMap::new();
         let state = &attachments.routes[index];
+        for parent in &state.parents {
+            if let Some(refused) = parent.conditions.iter().find(|c| !c.status) {
+                self.diags.object(
+                    Severity::Warning,
+                    &object,
+                    format!("spec.parentRefs[{}]", parent.index),
+                    format!(
+                        "{} {}: {}: {}",
+                        refused.kind,
+                        refused.reason,
+                        refused.message,
+                        parent_effect(refused.kind)
+                    ),
+                );
+            }
+        }
         for parent in state.parents.iter().filter(|p| p.conditions[0].status) {
             for (g, l, names) in &parent.listeners {
                 let frontend = attachments.gateways[*g].listeners[*l].frontend;
@@ -418,6 +434,15 @@ impl Translator<'_> {
             b.policies.insert(id.clone(), Arc::new(settings.clone()));
         }
         format!("{name}.{id}")
+    }
+}
+
+/// What a refused condition of a parent means for the route.
+fn parent_effect(kind: &str) -> &'static str {
+    if kind == "Accepted" {
+        "the route is not attached to this Gateway"
+    } else {
+        "the share of those backends answers 500"
     }
 }
 

@@ -208,9 +208,7 @@ pub fn intersect(route: &str, listener: &str) -> Option<String> {
         wild.strip_prefix('*')
             .is_some_and(|suffix| host.ends_with(suffix) && host.len() > suffix.len())
     };
-    if route == listener {
-        Some(route.to_string())
-    } else if listener.starts_with("*.") && covers(listener, route) {
+    if route == listener || (listener.starts_with("*.") && covers(listener, route)) {
         Some(route.to_string())
     } else if route.starts_with("*.") && covers(route, listener) {
         Some(listener.to_string())
