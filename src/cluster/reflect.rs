@@ -91,6 +91,8 @@ pub struct WatchPlan {
     pub tcp: bool,
     /// The incumbent's Backend, Defaults and Global resources to watch (those served).
     pub resources: Vec<Kind>,
+    /// The Gateway API kinds to watch (those served), and `Namespace` with them.
+    pub gateway_api: Vec<Kind>,
     /// Services and Secrets named by flags (default backend, publish service, default
     /// certificate): watched by name when the namespace filter would hide them.
     pub named_services: Vec<Key>,
@@ -112,6 +114,13 @@ impl WatchPlan {
         }
         kinds.extend(self.resources.iter().copied());
         let mut specs = vec![WatchSpec::new(Kind::IngressClass)];
+        for kind in &self.gateway_api {
+            if kind.namespaced() {
+                kinds.push(*kind);
+            } else {
+                specs.push(WatchSpec::new(*kind));
+            }
+        }
         for kind in kinds {
             let label_selector =
                 (kind == Kind::EndpointSlice).then(|| SERVICE_NAME_LABEL.to_string());
@@ -540,6 +549,7 @@ mod tests {
             pod_namespace: Some("ingress".into()),
             tcp: true,
             resources: Vec::new(),
+            gateway_api: Vec::new(),
             named_services: vec![Key::new("ingress", "default-backend")],
             named_secrets: vec![Key::new("web", "default-cert")],
         }

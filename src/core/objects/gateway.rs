@@ -104,6 +104,8 @@ pub struct Namespace {
 pub struct GatewayClass {
     pub metadata: ObjectMeta,
     pub spec: GatewayClassSpec,
+    /// As the API server holds it: the status writer compares with it.
+    pub status: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -117,6 +119,8 @@ pub struct GatewayClassSpec {
 pub struct Gateway {
     pub metadata: ObjectMeta,
     pub spec: GatewaySpec,
+    /// As the API server holds it: the status writer compares with it.
+    pub status: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -187,6 +191,8 @@ pub struct ObjectReference {
 pub struct HttpRoute {
     pub metadata: ObjectMeta,
     pub spec: HttpRouteSpec,
+    /// As the API server holds it: the status writer compares with it.
+    pub status: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
