@@ -34,11 +34,18 @@ const OVERLAYS: &[&str] = &["deployment", "daemonset", "external"];
 
 /// Kinds of custom resources that may appear under `deploy/` without a schema to check them
 /// against offline, and why. TCP objects are checked against our own CRD instead.
-const NO_SCHEMA: &[(&str, &str, &str)] = &[(
-    "monitoring.coreos.com/v1",
-    "PrometheusRule",
-    "the Prometheus Operator's CRD is not bundled with the validator",
-)];
+const NO_SCHEMA: &[(&str, &str, &str)] = &[
+    (
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        "the Prometheus Operator's CRD is not bundled with the validator",
+    ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "GatewayClass",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
+];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -605,6 +612,10 @@ fn rbac_grants_exactly_what_the_cluster_source_uses() {
     }
     // Write: Ingress status (merge patch), Events (created), the Lease (read, create, replace).
     cluster.insert(grant("networking.k8s.io", "ingresses/status", "patch"));
+    for resource in ["gatewayclasses", "gateways", "httproutes"] {
+        let status = format!("{resource}/status");
+        cluster.insert(grant("gateway.networking.k8s.io", &status, "patch"));
+    }
     cluster.insert(grant("", "events", "create"));
     for verb in ["get", "create", "update"] {
         local.insert(grant("coordination.k8s.io", "leases", verb));
