@@ -45,6 +45,16 @@ const NO_SCHEMA: &[(&str, &str, &str)] = &[
         "GatewayClass",
         "the Gateway API CRDs are not bundled with the validator",
     ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "Gateway",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "HTTPRoute",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
 ];
 
 fn root() -> PathBuf {

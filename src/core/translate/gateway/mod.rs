@@ -667,6 +667,88 @@ pub fn backend_ref(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objects::Object;
+
+    fn store(docs: &[serde_json::Value]) -> Store {
+        Store::from_objects(docs.iter().map(|d| Object::from_value(d.clone()).unwrap()))
+    }
+
+    fn reasons(a: &Attachments, route: &str) -> Vec<(&'static str, bool, &'static str)> {
+        a.routes
+            .iter()
+            .find(|r| r.key.name == route)
+            .map(|r| {
+                r.parents[0]
+                    .conditions
+                    .iter()
+                    .map(|c| (c.kind, c.status, c.reason))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn routes_attach_by_namespace_selector_and_report_why_not() {
+        let route = |ns: &str, name: &str, host: &str, backend_ns: &str| {
+            serde_json::json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"parentRefs": [{"name": "gw", "namespace": "infra"}],
+                    "hostnames": [host],
+                    "rules": [{"backendRefs": [{"name": "svc", "namespace": backend_ns, "port": 80}]}]}
+            })
+        };
+        let s = store(&[
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "pc"}, "spec": {"controllerName": DEFAULT_CONTROLLER_NAME}}),
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "gw", "namespace": "infra"},
+                "spec": {"gatewayClassName": "pc", "listeners": [{"name": "http", "port": 80,
+                    "protocol": "HTTP", "hostname": "*.example.com",
+                    "allowedRoutes": {"namespaces": {"from": "Selector",
+                        "selector": {"matchLabels": {"team": "a"}}}}}]}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "a", "labels": {"team": "a"}}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "b"}}),
+            serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "svc", "namespace": "a"},
+                "spec": {"ports": [{"port": 80}]}}),
+            route("a", "ok", "x.example.com", "a"),
+            route("b", "other-team", "x.example.com", "b"),
+            route("a", "wrong-host", "x.example.org", "a"),
+            route("a", "missing", "y.example.com", "c"),
+        ]);
+        let a = attach(
+            &s,
+            DEFAULT_CONTROLLER_NAME,
+            &crate::model::Listen::default(),
+        );
+        assert_eq!(
+            reasons(&a, "ok"),
+            [
+                ("Accepted", true, "Accepted"),
+                ("ResolvedRefs", true, "ResolvedRefs")
+            ]
+        );
+        assert_eq!(
+            reasons(&a, "other-team")[0],
+            ("Accepted", false, "NotAllowedByListeners")
+        );
+        assert_eq!(
+            reasons(&a, "wrong-host")[0],
+            ("Accepted", false, "NoMatchingListenerHostname")
+        );
+        assert_eq!(
+            reasons(&a, "missing")[1],
+            ("ResolvedRefs", false, "RefNotPermitted")
+        );
+        assert_eq!(a.gateways[0].listeners[0].attached_routes, 2);
+        let ok = a.routes.iter().find(|r| r.key.name == "ok").unwrap();
+        assert_eq!(
+            ok.parents[0].listeners[0].2,
+            vec!["x.example.com".to_string()]
+        );
+    }
 
     #[test]
     fn hostnames_intersect_as_the_spec_says() {
