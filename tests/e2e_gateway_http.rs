@@ -624,3 +624,69 @@ spec:
         })
     });
 }
+
+/// An Ingress and an HTTPRoute claiming the same host and path: the Ingress takes it, the
+/// route is told which Ingress, and its other paths are served; when the Ingress goes, the
+/// route takes the path over.
+#[test]
+fn ingress_and_httproute_on_the_same_path() {
+    let mut h = Harness::new();
+    backends(&mut h);
+    h.write(
+        "ingress.yaml",
+        &support::ingress(
+            INFRA,
+            "legacy",
+            &[support::route(
+                Some("shared.example.com"),
+                "/app",
+                "Prefix",
+                "infra-backend-v1",
+            )],
+            None,
+            &[],
+        ),
+    );
+    h.write(
+        "route.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: newer
+  namespace: infra
+spec:
+  parentRefs:
+  - name: same-namespace
+  hostnames:
+  - shared.example.com
+  rules:
+  - matches:
+    - path:
+        value: /app
+    - path:
+        value: /other
+    backendRefs:
+    - name: infra-backend-v2
+      port: 80
+",
+    );
+    h.start(&[]);
+    check(
+        &h,
+        &[
+            case("shared.example.com", "/app/x", "infra-backend-v1"),
+            case("shared.example.com", "/other", "infra-backend-v2"),
+        ],
+    );
+    let log = h.log();
+    assert!(
+        log.lines().any(|l| l.contains("HTTPRoute infra/newer")
+            && l.contains("also routed by Ingress infra/legacy")),
+        "the conflict is reported on the route:\n{log}"
+    );
+    h.remove("ingress.yaml");
+    check(
+        &h,
+        &[case("shared.example.com", "/app/x", "infra-backend-v2")],
+    );
+}
