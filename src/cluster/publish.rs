@@ -108,6 +108,7 @@ async fn run(
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut written = Written::new();
     let mut gateway_written = super::gateway_status::Written::new();
+    let mut ours_before = std::collections::BTreeSet::new();
     loop {
         // Events are recorded for a new state or a new leader; a timer tick only re-checks
         // status.
@@ -139,7 +140,7 @@ async fn run(
                 publish,
                 &state.store,
                 &metrics,
-                &mut written,
+                (&mut written, &mut ours_before),
             )
             .await;
         }
@@ -202,7 +203,10 @@ async fn write_status(
     publish: &Publish,
     store: &Store,
     metrics: &Metrics,
-    written: &mut Written,
+    (written, ours_before): (
+        &mut Written,
+        &mut std::collections::BTreeSet<crate::objects::Key>,
+    ),
 ) {
     let addresses = status::publish_addresses(publish, store);
     if addresses.is_empty() {
@@ -221,8 +225,11 @@ async fn write_status(
         .map(|(key, i)| (key, i.metadata.resource_version.clone()))
         .collect();
     let version = |key: &crate::objects::Key| versions.get(key).cloned().flatten();
+    let released = status::released(store, &classes, &addresses, ours_before);
+    *ours_before = status::ours(store, &classes);
     let updates: Vec<_> = status::updates(store, &classes, &addresses)
         .into_iter()
+        .chain(released)
         .filter(|u| {
             let now = version(&u.key);
             now.is_none() || written.get(&u.key) != Some(&(now, u.ingress.clone()))
@@ -242,6 +249,13 @@ async fn write_status(
         }
     }
     for (key, e) in &failed {
+        // A failed release is tried again at the next write, as a failed update is.
+        if updates
+            .iter()
+            .any(|u| u.key == *key && u.ingress.is_empty())
+        {
+            ours_before.insert(key.clone());
+        }
         tracing::warn!(ingress = %key, "writing Ingress status failed (retried): {e}");
     }
     metrics

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 
-use super::{Kind, ParseError};
+use super::{Kind, ParseError, decode_ref};
 
 /// The API group of every Gateway API kind.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
@@ -60,22 +60,14 @@ impl GatewayApi {
     }
 
     /// Parses a document of `kind` (one of the Gateway API kinds or `Namespace`).
-    pub fn from_value(kind: Kind, value: serde_json::Value) -> Result<Self, ParseError> {
-        fn de<T: serde::de::DeserializeOwned>(
-            v: serde_json::Value,
-            kind: Kind,
-        ) -> Result<T, ParseError> {
-            serde_json::from_value(v).map_err(|e| ParseError::Decode {
-                kind: kind.as_str(),
-                reason: e.to_string(),
-            })
-        }
+    pub fn from_value(kind: Kind, value: &serde_json::Value) -> Result<Self, ParseError> {
+        let name = kind.as_str();
         Ok(match kind {
-            Kind::GatewayClass => GatewayApi::GatewayClass(de(value, kind)?),
-            Kind::Gateway => GatewayApi::Gateway(de(value, kind)?),
-            Kind::HttpRoute => GatewayApi::HttpRoute(de(value, kind)?),
-            Kind::ReferenceGrant => GatewayApi::ReferenceGrant(de(value, kind)?),
-            _ => GatewayApi::Namespace(de(value, Kind::Namespace)?),
+            Kind::GatewayClass => GatewayApi::GatewayClass(decode_ref(value, name)?),
+            Kind::Gateway => GatewayApi::Gateway(decode_ref(value, name)?),
+            Kind::HttpRoute => GatewayApi::HttpRoute(decode_ref(value, name)?),
+            Kind::ReferenceGrant => GatewayApi::ReferenceGrant(decode_ref(value, name)?),
+            _ => GatewayApi::Namespace(decode_ref(value, Kind::Namespace.as_str())?),
         })
     }
 
@@ -379,7 +371,7 @@ mod tests {
                     "filters": [{"type": "URLRewrite", "urlRewrite": {"hostname": "b"}}],
                     "backendRefs": [{"name": "svc", "port": 80, "weight": 3}]}]}
         });
-        let GatewayApi::HttpRoute(r) = GatewayApi::from_value(Kind::HttpRoute, v).unwrap() else {
+        let GatewayApi::HttpRoute(r) = GatewayApi::from_value(Kind::HttpRoute, &v).unwrap() else {
             panic!("not a route")
         };
         assert_eq!(r.spec.parent_refs[0].section_name.as_deref(), Some("http"));
