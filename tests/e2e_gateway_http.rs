@@ -690,3 +690,104 @@ spec:
         &[case("shared.example.com", "/app/x", "infra-backend-v2")],
     );
 }
+
+/// Renders `manifests` with `portcullis render` into `out`: every file it wrote, by path.
+fn render(
+    manifests: &std::path::Path,
+    out: &std::path::Path,
+) -> std::collections::BTreeMap<String, String> {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .arg("render")
+        .arg("--manifests")
+        .arg(manifests)
+        .arg("--out")
+        .arg(out)
+        .env_remove("KUBECONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("running portcullis render");
+    assert!(status.success(), "portcullis render failed");
+    let mut files = std::collections::BTreeMap::new();
+    let mut dirs = vec![out.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let name = path.strip_prefix(out).unwrap().display().to_string();
+                files.insert(name, std::fs::read_to_string(&path).unwrap_or_default());
+            }
+        }
+    }
+    files
+}
+
+/// The same model as Ingresses: Ingresses and the HTTPRoutes that say the same (hosts,
+/// Prefix and Exact paths, Services) render byte-identical files.
+#[test]
+fn httproutes_render_what_the_equivalent_ingresses_render() {
+    let h = Harness::new();
+    let dir = h.work();
+    let (ingresses, routes) = (dir.join("ingresses"), dir.join("routes"));
+    let mut services = String::new();
+    for i in 0..3 {
+        services.push_str(&support::service(INFRA, &format!("s{i}"), &[]));
+        services.push_str("---\n");
+        services.push_str(&support::endpoint_slices(
+            INFRA,
+            &format!("s{i}"),
+            &[("a", 18000 + i, true)],
+        ));
+        services.push_str("---\n");
+    }
+    let mut ingress_docs = vec![services.clone(), support::INGRESS_CLASS.to_string()];
+    let mut route_docs = vec![services, GATEWAY_CLASS.to_string(), GATEWAY.to_string()];
+    for i in 0..3 {
+        let (host, service) = (format!("h{i}.example.com"), format!("s{i}"));
+        ingress_docs.push(support::ingress(
+            INFRA,
+            &format!("r{i}"),
+            &[
+                support::route(Some(&host), "/", "Prefix", &service),
+                support::route(Some(&host), "/exact", "Exact", &service),
+            ],
+            None,
+            &[],
+        ));
+        route_docs.push(format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: r{i}
+  namespace: infra
+spec:
+  parentRefs:
+  - name: same-namespace
+    sectionName: http
+  hostnames:
+  - {host}
+  rules:
+  - backendRefs:
+    - name: {service}
+      port: 80
+  - matches:
+    - path:
+        type: Exact
+        value: /exact
+    backendRefs:
+    - name: {service}
+      port: 80
+"
+        ));
+    }
+    for (d, docs) in [(&ingresses, &ingress_docs), (&routes, &route_docs)] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::write(d.join("all.yaml"), docs.join("---\n")).unwrap();
+    }
+    let from_ingresses = render(&ingresses, &dir.join("out-ingresses"));
+    let from_routes = render(&routes, &dir.join("out-routes"));
+    assert!(from_ingresses.contains_key("haproxy.cfg"));
+    assert_eq!(from_ingresses, from_routes);
+}
