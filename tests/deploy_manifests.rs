@@ -55,6 +55,16 @@ const NO_SCHEMA: &[(&str, &str, &str)] = &[
         "HTTPRoute",
         "the Gateway API CRDs are not bundled with the validator",
     ),
+    (
+        "cert-manager.io/v1",
+        "Issuer",
+        "cert-manager's CRDs are not bundled with the validator",
+    ),
+    (
+        "cert-manager.io/v1",
+        "Certificate",
+        "cert-manager's CRDs are not bundled with the validator",
+    ),
 ];
 
 fn root() -> PathBuf {
@@ -858,4 +868,98 @@ fn every_workload_overlay_ships_a_network_policy() {
             "{name}: the policy opens the debug port"
         );
     }
+}
+
+/// The webhook overlays: their flags exist; with cert-manager it mounts no token and has no
+/// role, managing its own certificate it may touch its one Secret and the caBundle of its one
+/// configuration; it is called for the same objects the generated policy checks.
+#[test]
+fn the_admission_webhook_overlays_are_consistent() {
+    let help = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["webhook", "--help"])
+        .output()
+        .expect("portcullis webhook --help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    for (name, manages) in [
+        ("admission-webhook", true),
+        ("admission-webhook-cert-manager", false),
+    ] {
+        let objects = overlay(name);
+        let deployment = objects
+            .iter()
+            .find(|o| s(o, "kind") == "Deployment")
+            .expect("a Deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(manages));
+        let args = strings(&containers(pod)[0]["args"]);
+        assert_eq!(args[0], "webhook");
+        for arg in &args[1..] {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            assert!(
+                help.lines()
+                    .any(|l| l.trim_start().split([' ', ',']).any(|w| w == flag)),
+                "{name}: portcullis webhook has no flag {flag}"
+            );
+        }
+        assert_eq!(
+            args.iter().any(|a| a.starts_with("--certificate-secret=")),
+            manages
+        );
+        let granted: BTreeSet<Grant> = objects
+            .iter()
+            .filter(|o| s(o, "kind").ends_with("Role"))
+            .flat_map(|o| grants(&o["rules"]))
+            .collect();
+        let expected: BTreeSet<Grant> = if manages {
+            [
+                ("", "secrets", "get"),
+                ("", "secrets", "update"),
+                ("", "secrets", "create"),
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    "get",
+                ),
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    "update",
+                ),
+            ]
+            .into_iter()
+            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect()
+        } else {
+            BTreeSet::new()
+        };
+        assert_eq!(granted, expected, "{name}");
+    }
+    let objects = overlay("admission-webhook");
+    let configuration = objects
+        .iter()
+        .find(|o| s(o, "kind") == "ValidatingWebhookConfiguration")
+        .expect("a ValidatingWebhookConfiguration");
+    let hook = &configuration["webhooks"][0];
+    assert_eq!(s(hook, "sideEffects"), "None");
+    assert_eq!(s(hook, "failurePolicy"), "Ignore");
+    assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 10));
+    let policy = documents(&root().join("deploy/overlays/admission-policy/policy.yaml"))
+        .into_iter()
+        .find(|o| s(o, "kind") == "ValidatingAdmissionPolicy")
+        .expect("the generated policy");
+    let normalized = |v: &Value| {
+        v.as_array()
+            .expect("match conditions")
+            .iter()
+            .map(|c| {
+                let words: Vec<&str> = s(c, "expression").split_whitespace().collect();
+                (s(c, "name").to_string(), words.join(" "))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        normalized(&hook["matchConditions"]),
+        normalized(&policy["spec"]["matchConditions"]),
+        "the webhook is called for other objects than the policy checks"
+    );
 }
