@@ -634,7 +634,7 @@ fn object_value(object: &Object) -> Value {
         Object::Secret(o) => serde_json::to_value(&**o),
         Object::ConfigMap(o) => serde_json::to_value(&**o),
         Object::Pod(o) => serde_json::to_value(&**o),
-        Object::Tcp(_) | Object::Resource(_) => {
+        Object::Tcp(_) | Object::Resource(_) | Object::GatewayApi(_) => {
             panic!("the generator makes no custom resources")
         }
     }

@@ -437,6 +437,14 @@ pub struct PipelineArgs {
         default_value = "portcullis.io/ingress"
     )]
     pub controller_class: String,
+    /// GatewayClasses with this spec.controllerName are ours: their Gateways and the
+    /// HTTPRoutes attached to them are served.
+    #[arg(
+        long,
+        env = "PORTCULLIS_GATEWAY_CONTROLLER_NAME",
+        default_value = "portcullis.io/gateway-controller"
+    )]
+    pub gateway_controller_name: String,
     /// Also serve Ingresses that name no class.
     #[arg(long, env = "PORTCULLIS_WATCH_INGRESS_WITHOUT_CLASS")]
     pub watch_ingress_without_class: bool,
@@ -593,6 +601,7 @@ impl PipelineArgs {
             version: env!("CARGO_PKG_VERSION").to_string(),
             ingress_class: self.ingress_class.clone(),
             controller_class: self.controller_class.clone(),
+            gateway_controller_name: self.gateway_controller_name.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
             config_map: self.configmap.clone(),
             default_backend_service: self.default_backend_service.clone(),

@@ -113,7 +113,7 @@ enum Source {
         store: Arc<std::sync::Mutex<Store>>,
         _watch: watch::DirWatch,
     },
-    Cluster(crate::cluster::Cluster),
+    Cluster(Box<crate::cluster::Cluster>),
 }
 
 impl Source {
@@ -533,7 +533,7 @@ async fn start_source(
             };
             let cluster = started?;
             status.update(|s| s.last_error = None);
-            Ok(Some(Source::Cluster(cluster)))
+            Ok(Some(Source::Cluster(Box::new(cluster))))
         }
     }
 }

@@ -41,6 +41,21 @@ const NO_SCHEMA: &[(&str, &str, &str)] = &[
         "the Prometheus Operator's CRD is not bundled with the validator",
     ),
     (
+        "gateway.networking.k8s.io/v1",
+        "GatewayClass",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "Gateway",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
+    (
+        "gateway.networking.k8s.io/v1",
+        "HTTPRoute",
+        "the Gateway API CRDs are not bundled with the validator",
+    ),
+    (
         "cert-manager.io/v1",
         "Issuer",
         "cert-manager's CRDs are not bundled with the validator",
@@ -617,6 +632,10 @@ fn rbac_grants_exactly_what_the_cluster_source_uses() {
     }
     // Write: Ingress status (merge patch), Events (created), the Lease (read, create, replace).
     cluster.insert(grant("networking.k8s.io", "ingresses/status", "patch"));
+    for resource in ["gatewayclasses", "gateways", "httproutes"] {
+        let status = format!("{resource}/status");
+        cluster.insert(grant("gateway.networking.k8s.io", &status, "patch"));
+    }
     cluster.insert(grant("", "events", "create"));
     for verb in ["get", "create", "update"] {
         local.insert(grant("coordination.k8s.io", "leases", verb));

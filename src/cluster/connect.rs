@@ -61,6 +61,9 @@ pub struct Connected {
     /// The incumbent's Backend, Defaults and Global resources the API server serves (and so
     /// watched).
     pub resources_present: Vec<Kind>,
+    /// The Gateway API kinds the API server serves (and so watched), with `Namespace` when
+    /// any is (`allowedRoutes` selectors read namespace labels).
+    pub gateway_api_present: Vec<Kind>,
 }
 
 impl std::fmt::Debug for Connected {
@@ -70,6 +73,7 @@ impl std::fmt::Debug for Connected {
             .field("version", &self.version)
             .field("tcp_crd_present", &self.tcp_crd_present)
             .field("resources_present", &self.resources_present)
+            .field("gateway_api_present", &self.gateway_api_present)
             .finish_non_exhaustive()
     }
 }
@@ -175,7 +179,14 @@ pub async fn connect(
             .max(Duration::from_millis(100));
         let result = tokio::time::timeout(per_attempt, probe(&client, config.tcp_crd)).await;
         let cause = match result {
-            Ok(Ok((version, tcp_crd_present, resources_present))) => {
+            Ok(Ok((version, tcp_crd_present, resources_present))) => 'found: {
+                let gateway_api_present = match gateway_api_kinds(&client).await {
+                    Ok(kinds) => kinds,
+                    Err(ProbeError::Permanent(message)) => {
+                        return Err(StartupError::Permanent(format!("{server}: {message}")));
+                    }
+                    Err(ProbeError::Transient(cause)) => break 'found cause,
+                };
                 tracing::info!(%server, %version, attempt, "connected to the Kubernetes API server");
                 return Ok(Connected {
                     client,
@@ -183,6 +194,7 @@ pub async fn connect(
                     version,
                     tcp_crd_present,
                     resources_present,
+                    gateway_api_present,
                 });
             }
             Ok(Err(ProbeError::Permanent(message))) => {
@@ -262,6 +274,37 @@ async fn probe(
         }
     }
     Ok((version.git_version, tcp_crd_present, resources_present))
+}
+
+/// The Gateway API kinds the API server serves. A missing CRD is a notice, not an error:
+/// its kind is not watched.
+async fn gateway_api_kinds(client: &kube::Client) -> Result<Vec<Kind>, ProbeError> {
+    let mut present = Vec::new();
+    for kind in Kind::GATEWAY_API {
+        if kind == Kind::Namespace {
+            continue;
+        }
+        let resource = crate::cluster::reflect::api_resource(kind);
+        let served = match client.list_api_group_resources(&resource.api_version).await {
+            Ok(list) => list.resources.iter().any(|r| r.name == resource.plural),
+            Err(kube::Error::Api(s)) if s.code == 404 => false,
+            Err(e) => return Err(classify(&e, "discovery of the Gateway API")),
+        };
+        if served {
+            present.push(kind);
+        } else {
+            tracing::info!(
+                "the Gateway API {} resource ({}, {}) is not installed: not watched",
+                kind.as_str(),
+                resource.api_version,
+                resource.plural
+            );
+        }
+    }
+    if !present.is_empty() {
+        present.push(Kind::Namespace);
+    }
+    Ok(present)
 }
 
 /// Whether an error is worth retrying. Authentication and authorisation failures are not:

@@ -4,6 +4,7 @@
 pub mod api_errors;
 pub mod connect;
 pub mod events;
+pub mod gateway_status;
 pub mod lease;
 pub mod publish;
 pub mod reflect;
@@ -76,6 +77,7 @@ pub async fn start(
         pod_namespace: identity.pod_namespace.clone(),
         tcp: connected.tcp_crd_present,
         resources: connected.resources_present.clone(),
+        gateway_api: connected.gateway_api_present.clone(),
         named_services,
         named_secrets: translate
             .default_ssl_certificate
@@ -121,6 +123,8 @@ pub async fn start(
             ingress_class: translate.ingress_class.clone(),
             controller_class: translate.controller_class.clone(),
             watch_ingress_without_class: translate.watch_ingress_without_class,
+            gateway_controller_name: translate.gateway_controller_name.clone(),
+            listen: translate.listen.clone(),
         },
         metrics,
     );

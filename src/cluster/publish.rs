@@ -33,6 +33,9 @@ pub struct PublisherConfig {
     pub ingress_class: String,
     pub controller_class: String,
     pub watch_ingress_without_class: bool,
+    /// `--gateway-controller-name`, and the binds Gateway listeners are served on.
+    pub gateway_controller_name: String,
+    pub listen: crate::model::Listen,
 }
 
 /// One applied state.
@@ -104,6 +107,7 @@ async fn run(
     let mut retry = tokio::time::interval(RETRY_EVERY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut written = Written::new();
+    let mut gateway_written = super::gateway_status::Written::new();
     let mut ours_before = std::collections::BTreeSet::new();
     loop {
         // Events are recorded for a new state or a new leader; a timer tick only re-checks
@@ -139,6 +143,37 @@ async fn run(
                 (&mut written, &mut ours_before),
             )
             .await;
+        }
+        if state
+            .store
+            .gateway_api(crate::objects::Kind::Gateway)
+            .is_empty()
+            && state
+                .store
+                .gateway_api(crate::objects::Kind::GatewayClass)
+                .is_empty()
+        {
+            gateway_written.clear();
+        } else {
+            let addresses = config
+                .publish
+                .as_ref()
+                .map(|p| status::publish_addresses(p, &state.store))
+                .unwrap_or_default();
+            let (ok, failed) = super::gateway_status::publish(
+                &client,
+                &state.store,
+                &config.gateway_controller_name,
+                &config.listen,
+                &addresses,
+                &mut gateway_written,
+            )
+            .await;
+            metrics.status_writes.inc_by(&["ok"], ok as u64);
+            metrics.status_writes.inc_by(&["error"], failed as u64);
+            if ok + failed > 0 {
+                tracing::info!(written = ok, failed, "Gateway API status updated");
+            }
         }
         if record_events {
             let stats = recorder.record(&state.diagnostics, &state.store).await;

@@ -91,6 +91,8 @@ pub struct WatchPlan {
     pub tcp: bool,
     /// The incumbent's Backend, Defaults and Global resources to watch (those served).
     pub resources: Vec<Kind>,
+    /// The Gateway API kinds to watch (those served), and `Namespace` with them.
+    pub gateway_api: Vec<Kind>,
     /// Services and Secrets named by flags (default backend, publish service, default
     /// certificate): watched by name when the namespace filter would hide them.
     pub named_services: Vec<Key>,
@@ -112,6 +114,13 @@ impl WatchPlan {
         }
         kinds.extend(self.resources.iter().copied());
         let mut specs = vec![WatchSpec::new(Kind::IngressClass)];
+        for kind in &self.gateway_api {
+            if kind.namespaced() {
+                kinds.push(*kind);
+            } else {
+                specs.push(WatchSpec::new(*kind));
+            }
+        }
         for kind in kinds {
             let label_selector =
                 (kind == Kind::EndpointSlice).then(|| SERVICE_NAME_LABEL.to_string());
@@ -174,6 +183,7 @@ impl WatchPlan {
 
 /// The API resource of a kind.
 pub fn api_resource(kind: Kind) -> ApiResource {
+    use portcullis_core::objects::gateway::GATEWAY_GROUP;
     let (group, version, plural) = match kind {
         Kind::Ingress => ("networking.k8s.io", "v1", "ingresses"),
         Kind::IngressClass => ("networking.k8s.io", "v1", "ingressclasses"),
@@ -186,6 +196,12 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::Backend => ("ingress.v3.haproxy.org", "v3", "backends"),
         Kind::Defaults => ("ingress.v3.haproxy.org", "v3", "defaults"),
         Kind::Global => ("ingress.v3.haproxy.org", "v3", "globals"),
+        Kind::GatewayClass => (GATEWAY_GROUP, "v1", "gatewayclasses"),
+        Kind::Gateway => (GATEWAY_GROUP, "v1", "gateways"),
+        Kind::HttpRoute => (GATEWAY_GROUP, "v1", "httproutes"),
+        // Served as v1beta1 by every standard-channel release.
+        Kind::ReferenceGrant => (GATEWAY_GROUP, "v1beta1", "referencegrants"),
+        Kind::Namespace => ("", "v1", "namespaces"),
     };
     ApiResource {
         group: group.to_string(),
@@ -533,6 +549,7 @@ mod tests {
             pod_namespace: Some("ingress".into()),
             tcp: true,
             resources: Vec::new(),
+            gateway_api: Vec::new(),
             named_services: vec![Key::new("ingress", "default-backend")],
             named_secrets: vec![Key::new("web", "default-cert")],
         }

@@ -1125,6 +1125,20 @@ pub struct RouteSettings {
     pub set_host: Option<String>,
     pub request_headers: Vec<(String, String)>,
     pub response_headers: Vec<(String, String)>,
+    /// `http-request add-header` (a Gateway API `RequestHeaderModifier`'s `add`). This and
+    /// the three fields below are not serialized when empty, so that the policy ids of
+    /// routes without them stay what they were.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request_headers_add: Vec<(String, String)>,
+    /// `http-request del-header`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub request_headers_remove: Vec<String>,
+    /// `http-response add-header`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub response_headers_add: Vec<(String, String)>,
+    /// `http-response del-header`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub response_headers_remove: Vec<String>,
     /// `(regex, replacement)` for `http-request replace-path`: the first rule.
     pub path_rewrite: Option<(String, String)>,
     /// The rules after the first, each applied to the path the one before it left. Not
@@ -1187,10 +1201,34 @@ pub struct DenyAll {
 pub struct Redirect {
     /// `http` or `https`; none: the scheme of the request (`https` when it came over TLS).
     pub scheme: Option<String>,
-    /// `host` or `host:port`, checked by [`crate::values::parse_redirect_target`].
+    /// `host` or `host:port`, checked by [`crate::values::parse_redirect_target`]; empty:
+    /// the request's own host (a Gateway API `RequestRedirect` without `hostname`).
     pub host: String,
     /// 301, 302, 303, 307 or 308.
     pub code: u16,
+    /// The path of the location instead of the request's path and query (a Gateway API
+    /// `RequestRedirect`'s `path`). Not serialized when absent, like `port`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<RedirectPath>,
+    /// `:<port>` after the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+/// The path a redirect sends to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RedirectPath {
+    /// This path (a checked path).
+    Full { path: String },
+    /// The request's path with `pattern` (a regex anchored at the start) replaced by
+    /// `replacement`. Both are of letters, digits, `-_~/` and the regex's `^`, `[.]` and `/?`
+    /// only, as they are written into a `regsub` converter, whose arguments end at a comma
+    /// or parenthesis.
+    Prefix {
+        pattern: String,
+        replacement: String,
+    },
 }
 
 /// `request-capture`: sample expressions logged with each request, each in a capture slot of
@@ -1240,6 +1278,11 @@ pub struct FrontendRules {
     /// Some route leads to the built-in `portcullis_unavailable` backend (503: its Service or
     /// Service port does not exist), which is rendered only then.
     pub unavailable_routes: bool,
+    /// Some route leads to the built-in `portcullis_invalid_backend` (500: a Gateway API
+    /// backend ref that does not resolve), which is rendered only then. Not serialized
+    /// when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub invalid_backend_routes: bool,
     /// Access lists of `ssl-passthrough` hosts, applied in the passthrough frontend (HAProxy
     /// sees no request there, only the TLS server name and the client's address). Sorted by
     /// host; hosts without a list are not here.
@@ -1297,6 +1340,11 @@ pub struct CanaryRoute {
     /// The map value of the canary route: `backend` or `backend.policy`.
     pub route: String,
     pub condition: AclCondition,
+    /// More conditions that must hold too (Gateway API matches on several headers, query
+    /// parameters, the method, and weighted backends). Not serialized when empty, so that
+    /// `route-acl` canary sets keep their ids.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub and: Vec<AclCondition>,
 }
 
 impl RouteSettings {

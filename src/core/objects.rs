@@ -13,11 +13,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 mod endpoint_slice;
+pub mod gateway;
 pub mod incumbent;
 mod service;
 mod tcp;
 
 pub use endpoint_slice::{AddressType, Endpoint, EndpointPort, EndpointSlice, SERVICE_NAME_LABEL};
+pub use gateway::GatewayApi;
 pub use incumbent::Resource;
 pub use service::{LoadBalancerAddress, Service, ServicePort};
 pub use tcp::{
@@ -47,11 +49,18 @@ pub enum Kind {
     Defaults,
     /// The incumbent's `Global` resource.
     Global,
+    GatewayClass,
+    Gateway,
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+    ReferenceGrant,
+    /// Read for the labels `allowedRoutes` selectors match.
+    Namespace,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Service,
@@ -63,6 +72,20 @@ impl Kind {
         Kind::Backend,
         Kind::Defaults,
         Kind::Global,
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::HttpRoute,
+        Kind::ReferenceGrant,
+        Kind::Namespace,
+    ];
+
+    /// The Gateway API kinds (and Namespace, which their selectors read).
+    pub const GATEWAY_API: [Kind; 5] = [
+        Kind::GatewayClass,
+        Kind::Gateway,
+        Kind::HttpRoute,
+        Kind::ReferenceGrant,
+        Kind::Namespace,
     ];
 
     /// The incumbent's resources read as sources of settings.
@@ -81,12 +104,20 @@ impl Kind {
             Kind::Backend => "Backend",
             Kind::Defaults => "Defaults",
             Kind::Global => "Global",
+            Kind::GatewayClass => "GatewayClass",
+            Kind::Gateway => "Gateway",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::Namespace => "Namespace",
         }
     }
 
     /// Whether objects of this kind live in a namespace.
     pub fn namespaced(self) -> bool {
-        !matches!(self, Kind::IngressClass)
+        !matches!(
+            self,
+            Kind::IngressClass | Kind::GatewayClass | Kind::Namespace
+        )
     }
 }
 
@@ -167,6 +198,8 @@ pub enum Object {
     Tcp(Arc<Tcp>),
     /// A `Backend`, `Defaults` or `Global` resource.
     Resource(Arc<Resource>),
+    /// A Gateway API object or a Namespace.
+    GatewayApi(Arc<GatewayApi>),
 }
 
 /// Why a document could not become an [`Object`].
@@ -212,6 +245,7 @@ impl Object {
             Object::Pod(o) => of(o),
             Object::Tcp(o) => of(o),
             Object::Resource(o) => of(o),
+            Object::GatewayApi(o) => of(o),
         }
     }
 
@@ -226,6 +260,7 @@ impl Object {
             Object::Pod(_) => Kind::Pod,
             Object::Tcp(_) => Kind::Tcp,
             Object::Resource(o) => o.kind,
+            Object::GatewayApi(o) => o.kind(),
         }
     }
 
@@ -240,6 +275,7 @@ impl Object {
             Object::Pod(o) => &o.metadata,
             Object::Tcp(o) => &o.metadata,
             Object::Resource(o) => &o.metadata,
+            Object::GatewayApi(o) => o.metadata(),
         }
     }
 
@@ -294,7 +330,13 @@ impl Object {
             (TCP_API_VERSION, "Global") => {
                 Object::Resource(Arc::new(Resource::from_value(Kind::Global, &value)?))
             }
-            _ => return Err(ParseError::UnsupportedKind(format!("{api_version}/{kind}"))),
+            ("v1", "Namespace") => {
+                Object::GatewayApi(Arc::new(GatewayApi::from_value(Kind::Namespace, &value)?))
+            }
+            (v, k) => match GatewayApi::kind_of(v, k) {
+                Some(kind) => Object::GatewayApi(Arc::new(GatewayApi::from_value(kind, &value)?)),
+                None => return Err(ParseError::UnsupportedKind(format!("{api_version}/{kind}"))),
+            },
         };
         object.normalize()?;
         Ok(object)
@@ -313,6 +355,7 @@ impl Object {
             Object::Pod(o) => &mut Arc::make_mut(o).metadata,
             Object::Tcp(o) => &mut Arc::make_mut(o).metadata,
             Object::Resource(o) => &mut Arc::make_mut(o).metadata,
+            Object::GatewayApi(o) => Arc::make_mut(o).metadata_mut(),
         };
         meta.managed_fields = None;
         let name = meta

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 
-use crate::objects::{EndpointSlice, Key, Kind, Object, Resource, Service, Tcp};
+use crate::objects::{EndpointSlice, GatewayApi, Key, Kind, Object, Resource, Service, Tcp};
 
 /// An immutable view of the store.
 pub type Snapshot = Arc<Store>;
@@ -96,6 +96,8 @@ pub struct Store {
     /// The incumbent's Backend, Defaults and Global resources, by kind (see
     /// [`Store::resources_of`]).
     resources: [BTreeMap<Key, Arc<Resource>>; 3],
+    /// Gateway API objects and Namespaces, by kind (see [`Store::gateway_api`]).
+    gateway_api: [BTreeMap<Key, Arc<GatewayApi>>; 5],
     /// The address of every object held (see [`Object::address`]), so that [`Store::sync_to`]
     /// recognizes the objects it holds already without looking at their keys.
     addresses: HashSet<usize>,
@@ -178,6 +180,10 @@ impl Store {
                 let at = resource_index(o.kind);
                 put(&mut self.resources[at], a, key, o);
             }
+            Object::GatewayApi(o) => {
+                let at = gateway_index(o.kind());
+                put(&mut self.gateway_api[at], a, key, o);
+            }
         }
     }
 
@@ -241,6 +247,7 @@ impl Store {
             Kind::Backend | Kind::Defaults | Kind::Global => {
                 self.resources[resource_index(kind)].contains_key(key)
             }
+            _ => self.gateway_api[gateway_index(kind)].contains_key(key),
         }
     }
 
@@ -267,6 +274,10 @@ impl Store {
                 .get(key)
                 .cloned()
                 .map(Object::Resource),
+            _ => self.gateway_api[gateway_index(kind)]
+                .get(key)
+                .cloned()
+                .map(Object::GatewayApi),
         }
     }
 
@@ -291,6 +302,7 @@ impl Store {
             Object::Pod(o) => same(&self.pods, key, o),
             Object::Tcp(o) => same(&self.tcps, key, o),
             Object::Resource(o) => same(&self.resources[resource_index(o.kind)], key, o),
+            Object::GatewayApi(o) => same(&self.gateway_api[gateway_index(o.kind())], key, o),
         }
     }
 
@@ -311,6 +323,7 @@ impl Store {
             Kind::Backend | Kind::Defaults | Kind::Global => {
                 of(&self.resources[resource_index(kind)])
             }
+            _ => of(&self.gateway_api[gateway_index(kind)]),
         }
     }
 
@@ -337,6 +350,7 @@ impl Store {
             Kind::Backend | Kind::Defaults | Kind::Global => {
                 take(&mut self.resources[resource_index(kind)], a, key);
             }
+            _ => take(&mut self.gateway_api[gateway_index(kind)], a, key),
         }
     }
 
@@ -451,6 +465,16 @@ impl Store {
         &self.resources[resource_index(kind)]
     }
 
+    /// Every Gateway API object of `kind` (one of [`Kind::GATEWAY_API`]) held, by key.
+    pub fn gateway_api(&self, kind: Kind) -> &BTreeMap<Key, Arc<GatewayApi>> {
+        &self.gateway_api[gateway_index(kind)]
+    }
+
+    /// Whether any HTTPRoute is held (translation then takes nothing from the last run).
+    pub fn has_gateway_routes(&self) -> bool {
+        !self.gateway_api(Kind::HttpRoute).is_empty()
+    }
+
     /// Number of objects held, all kinds together.
     pub fn len(&self) -> usize {
         self.ingresses.len()
@@ -462,10 +486,23 @@ impl Store {
             + self.pods.len()
             + self.tcps.len()
             + self.resources.iter().map(BTreeMap::len).sum::<usize>()
+            + self.gateway_api.iter().map(BTreeMap::len).sum::<usize>()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Which of [`Store`]'s Gateway API maps holds `kind` (callers pass one of
+/// [`Kind::GATEWAY_API`]).
+fn gateway_index(kind: Kind) -> usize {
+    match kind {
+        Kind::GatewayClass => 0,
+        Kind::Gateway => 1,
+        Kind::HttpRoute => 2,
+        Kind::ReferenceGrant => 3,
+        _ => 4,
     }
 }
 

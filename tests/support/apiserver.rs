@@ -194,6 +194,34 @@ pub fn tcp_crd() -> ResourceDef {
     ResourceDef::new("ingress.v3.haproxy.org/v3", "TCP", "tcps", true)
 }
 
+/// The Gateway API's standard-channel resources (`gateway.networking.k8s.io`): GatewayClass,
+/// Gateway, HTTPRoute (v1, with `status`) and ReferenceGrant (v1beta1).
+pub fn gateway_api_crds() -> Vec<ResourceDef> {
+    vec![
+        ResourceDef::new(
+            "gateway.networking.k8s.io/v1",
+            "GatewayClass",
+            "gatewayclasses",
+            false,
+        )
+        .with_status(),
+        ResourceDef::new("gateway.networking.k8s.io/v1", "Gateway", "gateways", true).with_status(),
+        ResourceDef::new(
+            "gateway.networking.k8s.io/v1",
+            "HTTPRoute",
+            "httproutes",
+            true,
+        )
+        .with_status(),
+        ResourceDef::new(
+            "gateway.networking.k8s.io/v1beta1",
+            "ReferenceGrant",
+            "referencegrants",
+            true,
+        ),
+    ]
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kubeconfig
 

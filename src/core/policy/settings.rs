@@ -799,7 +799,13 @@ fn request_redirect(v: &Dynamic) -> Result<crate::model::Redirect, String> {
             c as u16
         }
     };
-    Ok(crate::model::Redirect { scheme, host, code })
+    Ok(crate::model::Redirect {
+        scheme,
+        host,
+        code,
+        path: None,
+        port: None,
+    })
 }
 
 /// The default length of a capture slot (`request-capture-len`).

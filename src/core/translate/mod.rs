@@ -10,6 +10,7 @@ pub mod class;
 pub mod configmaps;
 pub mod cookies;
 pub mod exposure;
+pub mod gateway;
 pub mod incremental;
 pub mod incumbent_crs;
 pub mod parts;
@@ -46,6 +47,8 @@ pub struct TranslateConfig {
     pub version: String,
     pub ingress_class: String,
     pub controller_class: String,
+    /// `--gateway-controller-name`: the `controllerName` of our GatewayClasses.
+    pub gateway_controller_name: String,
     pub watch_ingress_without_class: bool,
     pub config_map: Option<Key>,
     pub default_backend_service: Option<Key>,
@@ -81,6 +84,7 @@ impl Default for TranslateConfig {
             version: env!("CARGO_PKG_VERSION").to_string(),
             ingress_class: "portcullis".to_string(),
             controller_class: "portcullis.io/ingress".to_string(),
+            gateway_controller_name: gateway::DEFAULT_CONTROLLER_NAME.to_string(),
             watch_ingress_without_class: false,
             config_map: None,
             default_backend_service: None,
@@ -192,6 +196,9 @@ pub fn translate_taking<'a>(
     carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
+    // HTTPRoutes' parts are made in every run: the parts of the last run are taken only
+    // while there are none.
+    let prior = prior.filter(|_| !store.has_gateway_routes());
     if prior.is_none() {
         policy.begin_run();
     }
@@ -268,6 +275,7 @@ pub fn translate_taking<'a>(
         let part = ahead.get_mut(rank).and_then(Option::take);
         t.ingress(rank, &ordered.key, &ordered.ingress, part);
     }
+    t.gateway_api(order.iter().count());
     t.incremental.keep_ingress_order(order);
     let mut tcps: Vec<(&Key, &Arc<crate::objects::Tcp>)> = store
         .tcps()
@@ -1061,7 +1069,10 @@ impl<'a> Translator<'a> {
         // Without a backend the path keeps its keys and answers 503 (the error above says
         // why): falling through would serve another route's backend.
         if let Some((service_key, resolved, _)) = target {
-            route.canary = outcome.route_acl.clone().map(Box::new);
+            route.canary = outcome
+                .route_acl
+                .clone()
+                .map(|c| Box::new(routes::Canary::one(c)));
             route.value = self
                 .route_backend(scope, &service_key, resolved, outcome)
                 .into();
@@ -1521,6 +1532,10 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
+        let invalid_backend_routes = needs.invalid
+            || canaries
+                .iter()
+                .any(|c| c.route == gateway::http::INVALID_BACKEND);
         let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
         let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
         let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
@@ -1539,6 +1554,7 @@ impl<'a> Translator<'a> {
                 hostless_routes: needs.none,
                 route_policies,
                 unavailable_routes: needs.unavailable,
+                invalid_backend_routes,
                 passthrough_access,
                 ssl_redirect_ports,
             },

@@ -69,7 +69,24 @@ pub struct RouteCandidate {
     pub field: String,
     /// `route-acl` of the Service: a canary route, taken only when the condition holds. It
     /// makes no entry of its own in the regular part of the maps (see [`build_canaries`]).
-    pub canary: Option<Box<AclCondition>>,
+    pub canary: Option<Box<Canary>>,
+}
+
+/// The conditions under which a canary route is taken: all of them must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Canary {
+    pub condition: AclCondition,
+    pub and: Vec<AclCondition>,
+}
+
+impl Canary {
+    /// One condition (`route-acl`).
+    pub fn one(condition: AclCondition) -> Self {
+        Canary {
+            condition,
+            and: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,6 +272,8 @@ pub struct LookupNeeds {
     pub wildcard: bool,
     /// Some key has no host (it starts with the path's `/`).
     pub none: bool,
+    /// Some key leads to the Gateway API's built-in 500 backend.
+    pub invalid: bool,
     /// Some key leads to [`UNAVAILABLE_BACKEND`].
     pub unavailable: bool,
 }
@@ -317,6 +336,7 @@ pub fn build_maps(
         // A length first: most values are longer or shorter.
         kinds.unavailable |=
             first.value.len() == UNAVAILABLE_BACKEND.len() && &*first.value == UNAVAILABLE_BACKEND;
+        kinds.invalid |= &*first.value == super::gateway::http::INVALID_BACKEND;
         let entry = MapEntry {
             key: first.key.clone(),
             value: first.value.clone(),
@@ -445,10 +465,10 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
     for ((table, key), mut claimants) in claims {
         claimants.sort_by_key(|(s, rank, r)| (*s, *rank, r.field.clone()));
         let best = claimants[0].0;
-        let mut alternatives: Vec<(&AclCondition, &str)> = Vec::new();
+        let mut alternatives: Vec<(&Canary, &str)> = Vec::new();
         for (_, _, route) in claimants.iter().filter(|(s, _, _)| *s == best) {
-            if let Some(condition) = &route.canary {
-                let alternative = (condition.as_ref(), &*route.value);
+            if let Some(canary) = &route.canary {
+                let alternative = (canary.as_ref(), &*route.value);
                 if !alternatives.contains(&alternative) {
                     alternatives.push(alternative);
                 }
@@ -461,10 +481,11 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
             sets.entry(set.clone()).or_insert_with(|| {
                 alternatives
                     .iter()
-                    .map(|(condition, route)| CanaryRoute {
+                    .map(|(canary, route)| CanaryRoute {
                         set: set.clone(),
                         route: route.to_string(),
-                        condition: (*condition).clone(),
+                        condition: canary.condition.clone(),
+                        and: canary.and.clone(),
                     })
                     .collect()
             });
@@ -498,8 +519,19 @@ fn hosts_overlap(a: &str, b: &str) -> bool {
 }
 
 /// `a` + the first 10 hex digits of the SHA-256 of the set's conditions and routes.
-fn canary_set_id(alternatives: &[(&AclCondition, &str)]) -> String {
-    let json = serde_json::to_string(alternatives).unwrap_or_default();
+fn canary_set_id(alternatives: &[(&Canary, &str)]) -> String {
+    // One condition hashes as `route-acl` always has: `[condition, route]`.
+    let parts: Vec<serde_json::Value> = alternatives
+        .iter()
+        .map(|(c, route)| {
+            if c.and.is_empty() {
+                serde_json::json!([c.condition, route])
+            } else {
+                serde_json::json!([c.condition, c.and, route])
+            }
+        })
+        .collect();
+    let json = serde_json::to_string(&parts).unwrap_or_default();
     let digest = Sha256::digest(json.as_bytes());
     let hex: String = digest[..5].iter().map(|b| format!("{b:02x}")).collect();
     format!("a{hex}")
@@ -582,9 +614,9 @@ mod tests {
         assert_eq!(kinds(&routes), LookupNeeds::default());
         // A canary route makes no regular key: its wildcard host needs no regular step.
         let mut canary = route("*.a.com", "/", PathKind::Prefix, "c", 1);
-        canary.canary = Some(Box::new(
+        canary.canary = Some(Box::new(Canary::one(
             crate::values::parse_route_acl("cookie(staging) -m found").unwrap(),
-        ));
+        )));
         routes.push(canary);
         assert_eq!(kinds(&routes), LookupNeeds::default());
         routes.push(route("*.b.com", "/x", PathKind::Exact, "w", 0));
@@ -655,7 +687,7 @@ mod tests {
         let condition = crate::values::parse_route_acl("cookie(staging) -m found").unwrap();
         let canary = |host: &str, path: &str, kind: PathKind, value: &str, rank: usize| {
             let mut r = route(host, path, kind, value, rank);
-            r.canary = Some(Box::new(condition.clone()));
+            r.canary = Some(Box::new(Canary::one(condition.clone())));
             r
         };
         let routes = [

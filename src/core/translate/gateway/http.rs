@@ -1,0 +1,864 @@
+//! HTTPRoutes into the model, beside the Ingresses: each route becomes a part like an
+//! Ingress' (map entries, backends, route policies), ranked after every Ingress, so that a
+//! host and path both claim goes to the Ingress and the route is warned.
+//!
+//! - Paths: `Exact` and `PathPrefix` are the Ingress `Exact` and `Prefix` (element-wise).
+//! - Method, header and query parameter matches, a listener's protocol where a route is
+//!   attached to one protocol only, and weighted backends become conditions of canary
+//!   routes (see `routes::build_canaries`): at one map key, the conditions are tried in the
+//!   spec's precedence (method, then more headers, then more query parameters, then the
+//!   older route, then rule and match order), and a request none of them takes is routed
+//!   by the key's unconditioned route, else a shorter one.
+//! - Weights: backend `k` of `n` is taken with `rand(rest) lt w_k`, where `rest` is the sum
+//!   of its weight and those after it; the last takes what is left.
+//! - Filters become a route policy of the backend ([`RouteSettings`]).
+//! - A backend ref that does not resolve, a rule without backends and a filter that cannot
+//!   be served lead to [`INVALID_BACKEND`], which answers 500, for their share.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::networking::v1::{Ingress, ServiceBackendPort};
+
+use super::{Attachments, Frontend, attach, backend_ref, http_routes};
+use crate::diagnostics::Severity;
+use crate::model::{AclCondition, CrtListEntry, Redirect, RedirectPath, RouteSettings};
+use crate::objects::gateway::{HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch};
+use crate::objects::{Key, Kind, ObjectRef};
+use crate::translate::Translator;
+use crate::translate::backends::ResolvedPort;
+use crate::translate::routes::{Canary, PathKind, RouteCandidate};
+use crate::values;
+
+/// The built-in backend that answers 500: where the requests of a backend ref that does not
+/// resolve go (the Gateway API's rule for them), rendered while some route leads to it.
+pub const INVALID_BACKEND: &str = "portcullis_invalid_backend";
+
+/// Most a weight may be (the spec's bound).
+const MAX_WEIGHT: i64 = 1_000_000;
+
+/// (rule, match) → age rank.
+type Ranks = HashMap<(usize, usize), usize>;
+
+impl Translator<'_> {
+    /// The Gateway API's part of the run: every attached HTTPRoute as a part after the
+    /// Ingresses' (which hold ranks below `first_rank`), and the HTTPS listeners'
+    /// certificates.
+    pub(in crate::translate) fn gateway_api(&mut self, first_rank: usize) {
+        let attachments = attach(
+            self.store,
+            &self.config.gateway_controller_name,
+            &self.config.listen,
+        );
+        if attachments.gateways.is_empty() {
+            return;
+        }
+        let routes: BTreeMap<&Key, &HttpRoute> = http_routes(self.store).collect();
+        let mut order = Vec::new();
+        for (r, state) in attachments.routes.iter().enumerate() {
+            let Some(route) = routes.get(&state.key) else {
+                continue;
+            };
+            for (i, rule) in route.spec.rules.iter().enumerate() {
+                for j in 0..rule.matches.len().max(1) {
+                    let m = rule.matches.get(j);
+                    order.push((
+                        Reverse(m.is_some_and(|m| m.method.is_some())),
+                        Reverse(m.map_or(0, |m| m.headers.len())),
+                        Reverse(m.map_or(0, |m| m.query_params.len())),
+                        r,
+                        i,
+                        j,
+                    ));
+                }
+            }
+        }
+        order.sort();
+        let mut ranks: Vec<Ranks> = vec![HashMap::new(); attachments.routes.len()];
+        for (n, (_, _, _, r, i, j)) in order.into_iter().enumerate() {
+            ranks[r].insert((i, j), first_rank + n);
+        }
+        let mut rank = first_rank;
+        for (r, state) in attachments.routes.iter().enumerate() {
+            let Some(route) = routes.get(&state.key) else {
+                continue;
+            };
+            let mut t = Translator::new(&self.ctx);
+            t.http_route(&state.key, route, r, &attachments, &ranks[r]);
+            let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, 0);
+            rank += 1;
+            self.absorb_ingress(&state.key, &part);
+            self.ingress_parts.push(Arc::new(part));
+        }
+        let mut t = Translator::new(&self.ctx);
+        t.listener_certificates(&attachments);
+        let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, 0);
+        self.absorb_ingress(&Key::new("", ""), &part);
+        self.ingress_parts.push(Arc::new(part));
+    }
+
+    /// The certificates of the HTTPS listeners, each for the listener's hostname, or the
+    /// hosts of the routes attached to it.
+    fn listener_certificates(&mut self, attachments: &Attachments) {
+        for (g, gateway) in attachments.gateways.iter().enumerate() {
+            let object = ObjectRef::new(Kind::Gateway, &gateway.key);
+            for (l, listener) in gateway.listeners.iter().enumerate() {
+                if listener.frontend != Some(Frontend::Https) {
+                    continue;
+                }
+                let mut sni: BTreeSet<String> = BTreeSet::new();
+                match &listener.hostname {
+                    Some(h) => {
+                        sni.insert(h.clone());
+                    }
+                    None => {
+                        for route in &attachments.routes {
+                            for parent in &route.parents {
+                                for (pg, pl, hosts) in &parent.listeners {
+                                    if (*pg, *pl) == (g, l) {
+                                        sni.extend(hosts.iter().filter(|h| !h.is_empty()).cloned());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if sni.is_empty() {
+                    continue;
+                }
+                for (i, secret) in listener.certificates.iter().enumerate() {
+                    match self.certificate(secret) {
+                        Ok(path) => self.tls_entries.push(CrtListEntry {
+                            path,
+                            options: None,
+                            sni: sni.iter().cloned().collect(),
+                        }),
+                        Err(crate::translate::tls::Unserved::Refused) => {}
+                        Err(e) => self.diags.object(
+                            Severity::Error,
+                            &object,
+                            format!("spec.listeners[{l}].tls.certificateRefs[{i}]"),
+                            format!("Secret {secret}: {e}"),
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// One HTTPRoute's rules, on the hosts its parents accepted it for.
+    fn http_route(
+        &mut self,
+        key: &Key,
+        route: &HttpRoute,
+        index: usize,
+        attachments: &Attachments,
+        ranks: &Ranks,
+    ) {
+        let object = ObjectRef::new(Kind::HttpRoute, key);
+        let route_object = Arc::new(object.clone());
+        for (i, h) in route.spec.hostnames.iter().enumerate() {
+            if let Err(e) = values::parse_host(h) {
+                self.diags.object(
+                    Severity::Error,
+                    &object,
+                    format!("spec.hostnames[{i}]"),
+                    format!("{e}; hostname skipped"),
+                );
+            }
+        }
+        // The frontends each host is served on.
+        let mut hosts: BTreeMap<String, BTreeSet<Frontend>> = BTreeMap::new();
+        let state = &attachments.routes[index];
+        for parent in &state.parents {
+            if let Some(refused) = parent.conditions.iter().find(|c| !c.status) {
+                self.diags.object(
+                    Severity::Warning,
+                    &object,
+                    format!("spec.parentRefs[{}]", parent.index),
+                    format!(
+                        "{} {}: {}: {}",
+                        refused.kind,
+                        refused.reason,
+                        refused.message,
+                        parent_effect(refused.kind)
+                    ),
+                );
+            }
+        }
+        for parent in state.parents.iter().filter(|p| p.conditions[0].status) {
+            for (g, l, names) in &parent.listeners {
+                let frontend = attachments.gateways[*g].listeners[*l].frontend;
+                for name in names {
+                    hosts.entry(name.clone()).or_default().extend(frontend);
+                }
+            }
+        }
+        let served = |f: Frontend| {
+            attachments
+                .gateways
+                .iter()
+                .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
+        };
+        let both = served(Frontend::Http) && served(Frontend::Https);
+        for (i, rule) in route.spec.rules.iter().enumerate() {
+            let field = format!("spec.rules[{i}]");
+            let backends = self.rule_backends(key, &object, rule, &field);
+            let default_match = HttpRouteMatch::default();
+            let matches: Vec<&HttpRouteMatch> = if rule.matches.is_empty() {
+                vec![&default_match]
+            } else {
+                rule.matches.iter().collect()
+            };
+            for (j, m) in matches.into_iter().enumerate() {
+                let match_field = format!("{field}.matches[{j}]");
+                let Some((kind, path)) = self.match_path(m, &object, &match_field) else {
+                    continue;
+                };
+                let conditions = match match_conditions(m) {
+                    Ok(c) => c,
+                    Err((f, e)) => {
+                        self.diags.object(
+                            Severity::Error,
+                            &object,
+                            format!("{match_field}.{f}"),
+                            format!("{e}; match skipped"),
+                        );
+                        continue;
+                    }
+                };
+                let rank = ranks.get(&(i, j)).copied().unwrap_or(usize::MAX);
+                for (host, frontends) in &hosts {
+                    let mut conditions = conditions.clone();
+                    if both && frontends.len() == 1 {
+                        let tls = frontends.contains(&Frontend::Https);
+                        conditions.push(AclCondition {
+                            fetch: "ssl_fc".to_string(),
+                            ignore_case: false,
+                            method: Some("int".to_string()),
+                            values: vec![if tls { "1" } else { "0" }.to_string()],
+                        });
+                    }
+                    let mut rest: i64 = backends.iter().map(|(_, w)| *w).sum();
+                    for (k, (value, weight)) in backends.iter().enumerate() {
+                        let mut conditions = conditions.clone();
+                        if k + 1 < backends.len() {
+                            conditions.push(AclCondition {
+                                fetch: format!("rand({rest})"),
+                                ignore_case: false,
+                                method: None,
+                                values: vec!["lt".to_string(), weight.to_string()],
+                            });
+                        }
+                        rest -= weight;
+                        let canary = (!conditions.is_empty()).then(|| {
+                            let condition = conditions.remove(0);
+                            Box::new(Canary {
+                                condition,
+                                and: conditions,
+                            })
+                        });
+                        self.routes.push(RouteCandidate {
+                            host: host.clone(),
+                            path: path.clone(),
+                            kind,
+                            value: value.as_str().into(),
+                            rank,
+                            ingress: route_object.clone(),
+                            field: match_field.clone(),
+                            canary,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// A match's path: `PathPrefix` (the default) or `Exact`; none, reported, otherwise.
+    fn match_path(
+        &mut self,
+        m: &HttpRouteMatch,
+        object: &ObjectRef,
+        field: &str,
+    ) -> Option<(PathKind, String)> {
+        let (kind, value) = match &m.path {
+            None => (None, None),
+            Some(p) => (p.kind.as_deref(), p.value.as_deref()),
+        };
+        let kind = match kind.unwrap_or("PathPrefix") {
+            "PathPrefix" => PathKind::Prefix,
+            "Exact" => PathKind::Exact,
+            other => {
+                self.diags.object(
+                    Severity::Error,
+                    object,
+                    format!("{field}.path.type"),
+                    format!("{other:?} is not served (Exact and PathPrefix are); match skipped"),
+                );
+                return None;
+            }
+        };
+        match values::parse_path(value.unwrap_or("/")) {
+            Ok(p) => Some((kind, p)),
+            Err(e) => {
+                self.diags.object(
+                    Severity::Error,
+                    object,
+                    format!("{field}.path.value"),
+                    format!("{e}; match skipped"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A rule's backends as map values with their weights (none of zero): the backend and
+    /// its route policy, or [`INVALID_BACKEND`].
+    fn rule_backends(
+        &mut self,
+        key: &Key,
+        object: &ObjectRef,
+        rule: &crate::objects::gateway::HttpRouteRule,
+        field: &str,
+    ) -> Vec<(String, i64)> {
+        let invalid = || vec![(INVALID_BACKEND.to_string(), 1)];
+        let settings = match rule_settings(&rule.filters, &rule.matches) {
+            Ok(s) => s,
+            Err((i, f, e)) => {
+                self.diags.object(
+                    Severity::Error,
+                    object,
+                    format!("{field}.filters[{i}]{f}"),
+                    format!("{e}; the rule answers 500"),
+                );
+                return invalid();
+            }
+        };
+        if settings.redirect.is_some() {
+            // The redirect is a policy of a backend of the route's own, without servers.
+            let name = format!(
+                "{}_{}_redirect_0",
+                key.namespace,
+                key.name.replace('.', ":")
+            );
+            let port = ResolvedPort {
+                number: 0,
+                name: String::new(),
+                external: None,
+                endpoints: crate::translate::exposure::EndpointRule::default(),
+            };
+            let service = Key::new(key.namespace.clone(), format!("httproute.{}", key.name));
+            self.add_registration(&name, &service, port, None);
+            return vec![(self.with_policy(name, &settings), 1)];
+        }
+        let mut out = Vec::new();
+        for (j, r) in rule.backend_refs.iter().enumerate() {
+            let weight = r.weight.unwrap_or(1);
+            let at = format!("{field}.backendRefs[{j}]");
+            if !(0..=MAX_WEIGHT).contains(&weight) {
+                self.diags.object(
+                    Severity::Error,
+                    object,
+                    format!("{at}.weight"),
+                    format!("{weight} is not between 0 and {MAX_WEIGHT}; backend skipped"),
+                );
+                continue;
+            }
+            if weight == 0 {
+                continue;
+            }
+            if !r.filters.is_empty() {
+                self.diags.object(
+                    Severity::Warning,
+                    object,
+                    format!("{at}.filters"),
+                    "filters on a backend ref are not served; ignored",
+                );
+            }
+            let value = match backend_ref(self.store, key, &r.reference) {
+                Ok((service_key, service, number)) => {
+                    let port = ServiceBackendPort {
+                        name: None,
+                        number: Some(number),
+                    };
+                    match self.resolve_port(&service, &port) {
+                        Ok(resolved) => {
+                            let name = self.register_backend(&service_key, resolved, None);
+                            self.with_policy(name, &settings)
+                        }
+                        Err(e) => {
+                            self.diags.object(
+                                Severity::Error,
+                                object,
+                                at,
+                                format!("Service {service_key}: {e}; its share answers 500"),
+                            );
+                            INVALID_BACKEND.to_string()
+                        }
+                    }
+                }
+                Err((_, message)) => {
+                    self.diags.object(
+                        Severity::Error,
+                        object,
+                        at,
+                        format!("{message}; its share answers 500"),
+                    );
+                    INVALID_BACKEND.to_string()
+                }
+            };
+            out.push((value, weight));
+        }
+        if out.is_empty() {
+            if rule.backend_refs.is_empty() {
+                self.diags.object(
+                    Severity::Warning,
+                    object,
+                    field,
+                    "the rule has no backendRefs and no redirect; it answers 500",
+                );
+            }
+            return invalid();
+        }
+        out
+    }
+
+    /// The map value of backend `name` with the rule's route policy.
+    fn with_policy(&mut self, name: String, settings: &RouteSettings) -> String {
+        if settings.is_empty() {
+            return name;
+        }
+        let id = crate::translate::policy_id(settings);
+        if let Some(b) = self.backends.get_mut(&name) {
+            b.policies.insert(id.clone(), Arc::new(settings.clone()));
+        }
+        format!("{name}.{id}")
+    }
+}
+
+/// What a refused condition of a parent means for the route.
+fn parent_effect(kind: &str) -> &'static str {
+    if kind == "Accepted" {
+        "the route is not attached to this Gateway"
+    } else {
+        "the share of those backends answers 500"
+    }
+}
+
+/// A header or query value compared exactly: `-m str` when it is a plain word, else an
+/// anchored regex with every other character as `\xHH` (nothing of it is then read as
+/// HAProxy's syntax).
+fn exact(fetch: String, value: &str) -> Result<AclCondition, String> {
+    if value.is_empty() || value.len() > 4096 {
+        return Err("the value must be 1 to 4096 characters".to_string());
+    }
+    if value.chars().any(|c| !(' '..='~').contains(&c)) {
+        return Err(format!(
+            "{} contains a character that is not printable ASCII",
+            crate::diagnostics::quoted(value)
+        ));
+    }
+    let plain = value
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~:/+=@,;!*".contains(&b));
+    if plain {
+        return Ok(AclCondition {
+            fetch,
+            ignore_case: false,
+            method: Some("str".to_string()),
+            values: vec![value.to_string()],
+        });
+    }
+    let mut pattern = String::from("^");
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() {
+            pattern.push(b as char);
+        } else {
+            pattern.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    pattern.push('$');
+    regex(fetch, &pattern)
+}
+
+fn regex(fetch: String, pattern: &str) -> Result<AclCondition, String> {
+    let pattern = values::parse_regex_at(pattern, values::RegexPlace::Acl { ignore_case: false })?;
+    Ok(AclCondition {
+        fetch,
+        ignore_case: false,
+        method: Some("reg".to_string()),
+        values: vec![pattern],
+    })
+}
+
+/// The conditions of a match besides its path; on error, the field and why.
+fn match_conditions(m: &HttpRouteMatch) -> Result<Vec<AclCondition>, (String, String)> {
+    let mut out = Vec::new();
+    if let Some(method) = &m.method {
+        const METHODS: &[&str] = &[
+            "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+        ];
+        if !METHODS.contains(&method.as_str()) {
+            return Err((
+                "method".to_string(),
+                format!(
+                    "{} is not an HTTP method",
+                    crate::diagnostics::quoted(method)
+                ),
+            ));
+        }
+        out.push(AclCondition {
+            fetch: "method".to_string(),
+            ignore_case: false,
+            method: Some("str".to_string()),
+            values: vec![method.clone()],
+        });
+    }
+    for (what, list, fetch) in [
+        ("headers", &m.headers, "req.fhdr"),
+        ("queryParams", &m.query_params, "url_param"),
+    ] {
+        for (i, v) in list.iter().enumerate() {
+            let at = |f: &str| format!("{what}[{i}].{f}");
+            let name = values::parse_header_name(&v.name).map_err(|e| (at("name"), e))?;
+            let fetch = format!("{fetch}({name})");
+            let condition = match v.kind.as_deref().unwrap_or("Exact") {
+                "Exact" => exact(fetch, &v.value),
+                "RegularExpression" => regex(fetch, &v.value),
+                other => Err(format!("{other:?} is not Exact or RegularExpression")),
+            };
+            out.push(condition.map_err(|e| (at("value"), e))?);
+        }
+    }
+    Ok(out)
+}
+
+/// A header value as written: printable ASCII, `%` doubled for the log-format it is
+/// written in; a `$` is refused (HAProxy would read an environment variable).
+fn literal_header_value(v: &str) -> Result<String, String> {
+    let format = v.replace('%', "%%");
+    values::check_header_format(&format)
+        .map_err(|e| format!("{}: {e}", crate::diagnostics::quoted(v)))?;
+    Ok(format)
+}
+
+type NameValues = Vec<(String, String)>;
+
+fn modifier(m: &HeaderModifier) -> Result<(NameValues, NameValues, Vec<String>), (String, String)> {
+    let mut set = Vec::new();
+    let mut add = Vec::new();
+    for (what, list, out) in [("set", &m.set, &mut set), ("add", &m.add, &mut add)] {
+        for (i, h) in list.iter().enumerate() {
+            let name =
+                values::parse_header_name(&h.name).map_err(|e| (format!("{what}[{i}].name"), e))?;
+            let value =
+                literal_header_value(&h.value).map_err(|e| (format!("{what}[{i}].value"), e))?;
+            out.push((name, value));
+        }
+    }
+    let mut remove = Vec::new();
+    for (i, name) in m.remove.iter().enumerate() {
+        remove.push(values::parse_header_name(name).map_err(|e| (format!("remove[{i}]"), e))?);
+    }
+    Ok((set, add, remove))
+}
+
+/// Characters a redirect's prefix pattern and replacement may hold (see [`RedirectPath`]).
+fn regsub_safe(v: &str) -> bool {
+    v.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_~/.".contains(&b))
+}
+
+/// The prefix a `ReplacePrefixMatch` replaces: the match's `PathPrefix` value.
+fn matched_prefix(matches: &[HttpRouteMatch]) -> Result<String, String> {
+    let prefixes: BTreeSet<String> = if matches.is_empty() {
+        BTreeSet::from(["/".to_string()])
+    } else {
+        matches
+            .iter()
+            .map(|m| {
+                let p = m.path.clone().unwrap_or_default();
+                match p.kind.as_deref().unwrap_or("PathPrefix") {
+                    "PathPrefix" => Ok(p.value.unwrap_or_else(|| "/".to_string())),
+                    _ => Err("ReplacePrefixMatch needs PathPrefix matches".to_string()),
+                }
+            })
+            .collect::<Result<_, _>>()?
+    };
+    match prefixes.into_iter().collect::<Vec<_>>().as_slice() {
+        [one] => Ok(one.trim_end_matches('/').to_string()),
+        _ => {
+            Err("ReplacePrefixMatch needs the rule's matches to share one path prefix".to_string())
+        }
+    }
+}
+
+/// A rule's filters as route settings; on error, the filter's index, the field under it and
+/// why.
+fn rule_settings(
+    filters: &[HttpRouteFilter],
+    matches: &[HttpRouteMatch],
+) -> Result<RouteSettings, (usize, String, String)> {
+    let mut s = RouteSettings::default();
+    for (i, f) in filters.iter().enumerate() {
+        let fail = |field: &str, e: String| (i, field.to_string(), e);
+        match f.kind.as_str() {
+            "RequestHeaderModifier" | "ResponseHeaderModifier" => {
+                let request = f.kind == "RequestHeaderModifier";
+                let (field, m) = if request {
+                    (".requestHeaderModifier", &f.request_header_modifier)
+                } else {
+                    (".responseHeaderModifier", &f.response_header_modifier)
+                };
+                let Some(m) = m else {
+                    return Err(fail(field, "missing".to_string()));
+                };
+                let (set, add, remove) =
+                    modifier(m).map_err(|(sub, e)| fail(&format!("{field}.{sub}"), e))?;
+                if request {
+                    s.request_headers.extend(set);
+                    s.request_headers_add.extend(add);
+                    s.request_headers_remove.extend(remove);
+                } else {
+                    s.response_headers.extend(set);
+                    s.response_headers_add.extend(add);
+                    s.response_headers_remove.extend(remove);
+                }
+            }
+            "RequestRedirect" => {
+                let Some(r) = &f.request_redirect else {
+                    return Err(fail(".requestRedirect", "missing".to_string()));
+                };
+                let scheme = match r.scheme.as_deref() {
+                    None => None,
+                    Some(v @ ("http" | "https")) => Some(v.to_string()),
+                    Some(v) => {
+                        return Err(fail(
+                            ".requestRedirect.scheme",
+                            format!("{v:?} is not http or https"),
+                        ));
+                    }
+                };
+                let host = match r.hostname.as_deref() {
+                    None => String::new(),
+                    Some(h) => values::parse_host(h)
+                        .ok()
+                        .filter(|h| !h.starts_with('*'))
+                        .ok_or_else(|| {
+                            fail(
+                                ".requestRedirect.hostname",
+                                format!("{} is not a host name", crate::diagnostics::quoted(h)),
+                            )
+                        })?,
+                };
+                let port = match r.port {
+                    None => None,
+                    Some(p) => Some(u16::try_from(p).ok().filter(|p| *p > 0).ok_or_else(|| {
+                        fail(".requestRedirect.port", format!("{p} is not a port"))
+                    })?),
+                };
+                // The scheme's default port is left out, as the spec asks.
+                let port = port.filter(|p| {
+                    !matches!(
+                        (scheme.as_deref(), p),
+                        (Some("http"), 80) | (Some("https"), 443)
+                    )
+                });
+                let code = match r.status_code.unwrap_or(302) {
+                    c @ (301 | 302 | 303 | 307 | 308) => c as u16,
+                    c => {
+                        return Err(fail(
+                            ".requestRedirect.statusCode",
+                            format!("{c} is not 301, 302, 303, 307 or 308"),
+                        ));
+                    }
+                };
+                let path = match &r.path {
+                    None => None,
+                    Some(p) => Some(
+                        redirect_path(p, matches).map_err(|e| fail(".requestRedirect.path", e))?,
+                    ),
+                };
+                s.redirect = Some(Redirect {
+                    scheme,
+                    host,
+                    code,
+                    path,
+                    port,
+                });
+            }
+            "URLRewrite" => {
+                let Some(r) = &f.url_rewrite else {
+                    return Err(fail(".urlRewrite", "missing".to_string()));
+                };
+                if let Some(h) = &r.hostname {
+                    let host = values::parse_host(h)
+                        .ok()
+                        .filter(|h| !h.starts_with('*'))
+                        .ok_or_else(|| {
+                            fail(
+                                ".urlRewrite.hostname",
+                                format!("{} is not a host name", crate::diagnostics::quoted(h)),
+                            )
+                        })?;
+                    s.set_host = Some(host);
+                }
+                if let Some(p) = &r.path {
+                    s.path_rewrite =
+                        Some(rewrite_path(p, matches).map_err(|e| fail(".urlRewrite.path", e))?);
+                }
+            }
+            other => {
+                return Err(fail(
+                    ".type",
+                    format!(
+                        "{other:?} is not served (RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite are)"
+                    ),
+                ));
+            }
+        }
+    }
+    if s.redirect.is_some() && s.path_rewrite.is_some() {
+        return Err((
+            0,
+            String::new(),
+            "RequestRedirect and URLRewrite cannot be combined".to_string(),
+        ));
+    }
+    Ok(s)
+}
+
+fn redirect_path(
+    p: &crate::objects::gateway::PathModifier,
+    matches: &[HttpRouteMatch],
+) -> Result<RedirectPath, String> {
+    match p.kind.as_str() {
+        "ReplaceFullPath" => {
+            let path = values::parse_path(p.replace_full_path.as_deref().unwrap_or("/"))?;
+            Ok(RedirectPath::Full { path })
+        }
+        "ReplacePrefixMatch" => {
+            let prefix = matched_prefix(matches)?;
+            let replacement = p
+                .replace_prefix_match
+                .clone()
+                .unwrap_or_else(|| "/".to_string());
+            values::parse_path(&replacement)?;
+            if !regsub_safe(&prefix) || !regsub_safe(&replacement) {
+                return Err(
+                    "a redirect's prefix and replacement may hold letters, digits and -_~/. only"
+                        .to_string(),
+                );
+            }
+            let trimmed = replacement.trim_end_matches('/');
+            let escaped = prefix.replace('.', "[.]");
+            Ok(if trimmed.is_empty() {
+                RedirectPath::Prefix {
+                    pattern: format!("^{escaped}/?"),
+                    replacement: "/".to_string(),
+                }
+            } else {
+                RedirectPath::Prefix {
+                    pattern: format!("^{escaped}"),
+                    replacement: trimmed.to_string(),
+                }
+            })
+        }
+        other => Err(format!(
+            "{other:?} is not ReplaceFullPath or ReplacePrefixMatch"
+        )),
+    }
+}
+
+/// A URL rewrite's path as a `replace-path` rule (regex, replacement).
+fn rewrite_path(
+    p: &crate::objects::gateway::PathModifier,
+    matches: &[HttpRouteMatch],
+) -> Result<(String, String), String> {
+    match p.kind.as_str() {
+        "ReplaceFullPath" => {
+            let path = values::parse_path(p.replace_full_path.as_deref().unwrap_or("/"))?;
+            Ok(("^.*$".to_string(), values::parse_replacement(&path)?))
+        }
+        "ReplacePrefixMatch" => {
+            let prefix = matched_prefix(matches)?;
+            let replacement = p
+                .replace_prefix_match
+                .clone()
+                .unwrap_or_else(|| "/".to_string());
+            let replacement = values::parse_path(&replacement)?;
+            let escaped: String = prefix
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '/' {
+                        c.to_string()
+                    } else {
+                        format!("\\x{:02x}", c as u32)
+                    }
+                })
+                .collect();
+            let trimmed = replacement.trim_end_matches('/');
+            let (regex, with) = if trimmed.is_empty() {
+                (format!("^{escaped}/?(.*)$"), "/\\1".to_string())
+            } else {
+                (format!("^{escaped}(/.*)?$"), format!("{trimmed}\\1"))
+            };
+            Ok((
+                values::parse_regex(&regex)?,
+                values::parse_replacement(&with)?,
+            ))
+        }
+        other => Err(format!(
+            "{other:?} is not ReplaceFullPath or ReplacePrefixMatch"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::gateway::{PathMatch, PathModifier};
+
+    fn prefix(v: &str) -> Vec<HttpRouteMatch> {
+        vec![HttpRouteMatch {
+            path: Some(PathMatch {
+                kind: Some("PathPrefix".to_string()),
+                value: Some(v.to_string()),
+            }),
+            ..HttpRouteMatch::default()
+        }]
+    }
+
+    fn replace_prefix(v: &str) -> PathModifier {
+        PathModifier {
+            kind: "ReplacePrefixMatch".to_string(),
+            replace_full_path: None,
+            replace_prefix_match: Some(v.to_string()),
+        }
+    }
+
+    #[test]
+    fn prefix_rewrites_keep_segment_boundaries() {
+        let (re, with) = rewrite_path(&replace_prefix("/xyz"), &prefix("/foo/")).unwrap();
+        assert_eq!((re.as_str(), with.as_str()), ("^/foo(/.*)?$", "/xyz\\1"));
+        let (re, with) = rewrite_path(&replace_prefix("/"), &prefix("/foo")).unwrap();
+        assert_eq!((re.as_str(), with.as_str()), ("^/foo/?(.*)$", "/\\1"));
+    }
+
+    #[test]
+    fn exact_values_never_reach_the_config_as_syntax() {
+        let c = exact("req.fhdr(x)".to_string(), "a b\"#$%").unwrap();
+        assert_eq!(c.method.as_deref(), Some("reg"));
+        assert_eq!(c.values, vec!["^a\\x20b\\x22\\x23\\x24\\x25$".to_string()]);
+        let c = exact("req.fhdr(x)".to_string(), "v1.2").unwrap();
+        assert_eq!(c.method.as_deref(), Some("str"));
+        assert!(exact("req.fhdr(x)".to_string(), "a\nb").is_err());
+    }
+
+    #[test]
+    fn header_values_are_written_literally() {
+        assert_eq!(literal_header_value("50% off").unwrap(), "50%% off");
+        assert!(literal_header_value("$HOME").is_err());
+    }
+}
