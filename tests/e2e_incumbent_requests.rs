@@ -577,7 +577,6 @@ fn with_pattern_files() -> Harness {
 
 /// access-control `Test_Whitelist`, its pattern-file cases.
 #[test]
-#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
 fn access_control_whitelist_pattern_files() {
     let h = with_pattern_files();
     let suite = Suite::new("access-control-allow-patterns");
@@ -612,7 +611,6 @@ fn access_control_whitelist_pattern_files() {
 
 /// access-control `Test_Blacklist`, its pattern-file cases.
 #[test]
-#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
 fn access_control_blacklist_pattern_files() {
     let h = with_pattern_files();
     let suite = Suite::new("access-control-deny-patterns");
