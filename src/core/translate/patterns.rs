@@ -120,9 +120,11 @@ impl PatternFiles {
         match self.keys.get(&key) {
             None => Err(format!("{path}: the {cm} has no key {key:?}")),
             Some(Err(e)) => Err(format!("{path}: key {key:?} of the {cm} is refused: {e}")),
-            Some(Ok(entry)) => entry.addresses.as_ref().map(|_| ()).map_err(|(line, e)| {
-                format!("{path} line {line} (key {key:?} of the {cm}): {e}; every line must be an IP address or CIDR block")
-            }),
+            Some(Ok(entry)) => {
+                entry.addresses.as_ref().map(|_| ()).map_err(|(line, e)| {
+                    format!("{path} line {line} (key {key:?} of the {cm}): {e}")
+                })
+            }
         }
     }
 }
