@@ -181,8 +181,15 @@ pub enum ParseError {
         field: &'static str,
         reason: String,
     },
-    #[error("{kind}: {reason}")]
-    Decode { kind: &'static str, reason: String },
+    /// A field of the wrong shape: `field` is its path in the document (`spec[0].frontend`),
+    /// empty for the document itself.
+    #[error("{kind} {object}: {}{reason}", field_prefix(field))]
+    Decode {
+        kind: &'static str,
+        object: String,
+        field: String,
+        reason: String,
+    },
     /// A kind Portcullis does not read; callers skip these quietly.
     #[error("kind {0} is not read by Portcullis")]
     UnsupportedKind(String),
@@ -335,12 +342,48 @@ fn decode<T: serde::de::DeserializeOwned>(
     value: serde_json::Value,
     kind: &'static str,
 ) -> Result<Arc<T>, ParseError> {
-    serde_json::from_value(value)
-        .map(Arc::new)
-        .map_err(|e| ParseError::Decode {
+    decode_ref(&value, kind).map(Arc::new)
+}
+
+/// `value` as a `T`; an error names the object and the path of the field that failed.
+pub(crate) fn decode_ref<T: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+    kind: &'static str,
+) -> Result<T, ParseError> {
+    // Tracking the path costs on every field, so only a document that fails is read again
+    // with it.
+    T::deserialize(value).map_err(|plain| {
+        let (field, reason) = match serde_path_to_error::deserialize::<_, T>(value) {
+            Err(e) => (e.path().to_string(), e.inner().to_string()),
+            Ok(_) => (String::new(), plain.to_string()),
+        };
+        ParseError::Decode {
             kind,
-            reason: e.to_string(),
-        })
+            object: document_name(value),
+            field: if field == "." { String::new() } else { field },
+            reason,
+        }
+    })
+}
+
+/// `namespace/name` of a document as written, for messages about a document that is not an
+/// object yet.
+pub(crate) fn document_name(value: &serde_json::Value) -> String {
+    let meta = value.get("metadata");
+    let field = |k: &str| meta.and_then(|m| m.get(k)).and_then(|v| v.as_str());
+    match (field("namespace"), field("name")) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.to_string(),
+        _ => "(unnamed)".to_string(),
+    }
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("field {field}: ")
+    }
 }
 
 /// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
@@ -377,6 +420,38 @@ pub fn validate_dns_subdomain(s: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_of_the_wrong_shape_is_named_with_its_object_and_path() {
+        let tcp = serde_json::json!({
+            "apiVersion": TCP_API_VERSION, "kind": "TCP",
+            "metadata": {"name": "bad", "namespace": "shop"},
+            "spec": [{"name": "a", "frontend": {"name": "fa",
+                      "binds": {"v4": {"name": "v4", "port": "notaport"}}},
+                      "service": {"name": "svc", "port": 80}}]
+        });
+        let err = Object::from_value(tcp).unwrap_err().to_string();
+        assert!(
+            err.starts_with("TCP shop/bad: field spec[0].frontend.binds.v4.port: invalid type"),
+            "{err}"
+        );
+        let ingress = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web"},
+            "spec": {"rules": [{"host": "a.example", "http": {"paths": "/"}}]}
+        });
+        let err = Object::from_value(ingress).unwrap_err().to_string();
+        assert!(
+            err.starts_with("Ingress web: field spec.rules[0].http.paths: invalid type"),
+            "{err}"
+        );
+        let backend = serde_json::json!({
+            "apiVersion": TCP_API_VERSION, "kind": "Backend",
+            "metadata": {"name": "b", "namespace": "shop"}, "spec": ["no"]
+        });
+        let err = Object::from_value(backend).unwrap_err().to_string();
+        assert_eq!(err, "Backend shop/b: field spec: not an object");
+    }
 
     #[test]
     fn parses_ingress_and_defaults_namespace() {

@@ -33,10 +33,7 @@ impl Tcp {
     /// Decodes a TCP object and notes the fields of its `spec` that nothing reads.
     pub(super) fn from_value(value: Value) -> Result<Tcp, ParseError> {
         let raw_spec = value.get("spec").cloned();
-        let mut tcp: Tcp = serde_json::from_value(value).map_err(|e| ParseError::Decode {
-            kind: "TCP",
-            reason: e.to_string(),
-        })?;
+        let mut tcp: Tcp = super::decode_ref(&value, "TCP")?;
         if let Some(raw) = raw_spec {
             let read = serde_json::to_value(&tcp.spec).unwrap_or(Value::Null);
             unread_fields(&raw, &read, "spec", &mut tcp.unread);
