@@ -3,8 +3,12 @@
 //! `ssl-passthrough` host, a change of the ConfigMap applied without restarting the
 //! controller, and the files that cannot be used (a bad line, a missing key) closing their
 //! routes to everyone. Clients are told apart by their loopback source address (127.0.0.x).
+//! Against a Kubernetes API server too: the ConfigMap is watched by name, outside the
+//! namespaces served.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -255,5 +259,43 @@ fn unusable_pattern_files_close_their_routes() {
     wait_status(&h, BLOCKED, "nokey.example.com", 403);
     assert_eq!(status(&h, DEFAULT, "nokey.example.com"), 403);
     assert_eq!(status(&h, DEFAULT, "open.example.com"), 200);
+    assert_eq!(h.reloads().1, 0, "no reload failed");
+}
+
+/// From a cluster: the ConfigMap lives in a namespace `--namespace` does not serve, and is
+/// watched by name; its changes reach HAProxy through the watch.
+#[test]
+fn the_configmap_is_watched_by_name_in_a_cluster() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(
+        apiserver::ApiServer::builder()
+            .list_items_without_type_meta()
+            .start(),
+    );
+    server.apply_yaml(INGRESS_CLASS);
+    let mut h = Harness::new();
+    server.apply_yaml(&h.backend(NS, "app"));
+    server.apply_yaml(&pattern_files(&[("office", "127.0.0.2\n")]));
+    server.apply_yaml(&site(
+        "allow",
+        "allow.example.com",
+        &[("haproxy.org/allow-list", "patterns/office")],
+    ));
+    let kubeconfig = h.work().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, None);
+    h.use_kubeconfig(&kubeconfig);
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--namespace", NS, "--allow-local-endpoints"]);
+    h.start(&flags);
+
+    wait_status(&h, OFFICE, "allow.example.com", 200);
+    assert_eq!(status(&h, DEFAULT, "allow.example.com"), 403);
+    server.apply_yaml(&pattern_files(&[("office", "127.0.0.4\n")]));
+    wait_status(&h, LATE, "allow.example.com", 200);
+    assert_eq!(status(&h, OFFICE, "allow.example.com"), 403);
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
