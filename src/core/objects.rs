@@ -257,6 +257,10 @@ impl Object {
 
     /// Parses one decoded manifest document. Namespaced objects without a namespace are put in
     /// `default`, as kubectl does. Names are validated here so that nothing downstream has to.
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "a document is handed over whole; it is read in place so that one that fails can be read again for the path of its error"
+    )]
     pub fn from_value(value: serde_json::Value) -> Result<Object, ParseError> {
         let api_version = value
             .get("apiVersion")
@@ -269,18 +273,18 @@ impl Object {
             .ok_or(ParseError::MissingField("kind"))?
             .to_string();
         let mut object = match (api_version.as_str(), kind.as_str()) {
-            ("networking.k8s.io/v1", "Ingress") => Object::Ingress(decode(value, "Ingress")?),
+            ("networking.k8s.io/v1", "Ingress") => Object::Ingress(decode(&value, "Ingress")?),
             ("networking.k8s.io/v1", "IngressClass") => {
-                Object::IngressClass(decode(value, "IngressClass")?)
+                Object::IngressClass(decode(&value, "IngressClass")?)
             }
-            ("v1", "Service") => Object::Service(decode(value, "Service")?),
+            ("v1", "Service") => Object::Service(decode(&value, "Service")?),
             ("discovery.k8s.io/v1", "EndpointSlice") => {
-                Object::EndpointSlice(decode(value, "EndpointSlice")?)
+                Object::EndpointSlice(decode(&value, "EndpointSlice")?)
             }
-            ("v1", "Secret") => Object::Secret(decode(value, "Secret")?),
-            ("v1", "ConfigMap") => Object::ConfigMap(decode(value, "ConfigMap")?),
-            ("v1", "Pod") => Object::Pod(decode(value, "Pod")?),
-            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(value)?)),
+            ("v1", "Secret") => Object::Secret(decode(&value, "Secret")?),
+            ("v1", "ConfigMap") => Object::ConfigMap(decode(&value, "ConfigMap")?),
+            ("v1", "Pod") => Object::Pod(decode(&value, "Pod")?),
+            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(&value)?)),
             (TCP_API_VERSION, "Backend") => {
                 Object::Resource(Arc::new(Resource::from_value(Kind::Backend, &value)?))
             }
@@ -339,10 +343,10 @@ impl Object {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(
-    value: serde_json::Value,
+    value: &serde_json::Value,
     kind: &'static str,
 ) -> Result<Arc<T>, ParseError> {
-    decode_ref(&value, kind).map(Arc::new)
+    decode_ref(value, kind).map(Arc::new)
 }
 
 /// `value` as a `T`; an error names the object and the path of the field that failed.
