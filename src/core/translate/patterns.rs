@@ -103,8 +103,8 @@ impl PatternFiles {
     }
 
     /// Whether `path` (`patterns/<key>`) names a pattern file of IP addresses and CIDR
-    /// blocks, which an access list may use with `-f`; why not otherwise.
-    pub fn check_addresses(&self, path: &str) -> Result<(), String> {
+    /// blocks, which an access list may use with `-f`: how many it holds, or why not.
+    pub fn check_addresses(&self, path: &str) -> Result<usize, String> {
         let key = values::parse_pattern_ref(path)?;
         let Some((cm, exists)) = &self.source else {
             return Err(format!(
@@ -120,11 +120,10 @@ impl PatternFiles {
         match self.keys.get(&key) {
             None => Err(format!("{path}: the {cm} has no key {key:?}")),
             Some(Err(e)) => Err(format!("{path}: key {key:?} of the {cm} is refused: {e}")),
-            Some(Ok(entry)) => {
-                entry.addresses.as_ref().map(|_| ()).map_err(|(line, e)| {
-                    format!("{path} line {line} (key {key:?} of the {cm}): {e}")
-                })
-            }
+            Some(Ok(entry)) => entry
+                .addresses
+                .clone()
+                .map_err(|(line, e)| format!("{path} line {line} (key {key:?} of the {cm}): {e}")),
         }
     }
 }
@@ -152,7 +151,16 @@ impl Translator<'_> {
             let Some(path) = file.as_deref() else {
                 continue;
             };
-            if let Err(e) = patterns.check_addresses(path) {
+            let checked = patterns.check_addresses(path);
+            if name == "allow-list" && checked == Ok(0) {
+                self.diags.object(
+                    Severity::Warning,
+                    object,
+                    name,
+                    format!("{path} holds no address: everyone gets 403 on these routes"),
+                );
+            }
+            if let Err(e) = checked {
                 self.diags.object(
                     Severity::Error,
                     object,
@@ -224,7 +232,7 @@ mod tests {
         );
         let reported: Vec<_> = diags.iter().map(|d| d.field.clone()).collect();
         assert_eq!(reported, [Some("key .hidden".to_string())]);
-        assert_eq!(files.check_addresses("patterns/ips"), Ok(()));
+        assert_eq!(files.check_addresses("patterns/ips"), Ok(2));
         let e = files.check_addresses("patterns/bad").unwrap_err();
         assert!(
             e.contains("patterns/bad line 2") && e.contains("\"10.0.0.300\""),
