@@ -402,8 +402,11 @@ pub fn parse(
     }
     let mut out = Vec::with_capacity(lines.len());
     for (n, line) in lines.iter().enumerate() {
+        // The line as it is printed, trimmed: trimming may leave an escape at its end
+        // (`\` before a tab), which the template's check refuses.
+        let line = line.trim();
         check_line_in(line, section).map_err(|e| format!("line {}: {e}", n + 1))?;
-        out.push(line.trim().to_string());
+        out.push(line.to_string());
     }
     Ok(out)
 }
