@@ -76,6 +76,33 @@ fn main() -> ExitCode {
                 ExitCode::from(exit::INPUT)
             }
         },
+        Command::AdmissionPolicy {
+            scripts_dir,
+            ingress_class,
+            configmap,
+            deny,
+        } => match portcullis::source::site::load_policy(scripts_dir.as_deref()) {
+            Ok(engine) => {
+                use portcullis::tools::{admission_policy, annotations};
+                let options = admission_policy::PolicyOptions {
+                    ingress_class,
+                    config_map: configmap,
+                    deny,
+                };
+                print_out(&admission_policy::yaml(
+                    &annotations::rows(&engine),
+                    &options,
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                ExitCode::from(exit::INPUT)
+            }
+        },
+        Command::Webhook(args) => webhook(args),
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
@@ -154,8 +181,26 @@ fn main() -> ExitCode {
                 }
                 Err(CheckError::Rejected { messages }) => {
                     eprintln!("error: HAProxy rejected the rendered configuration:");
-                    for m in messages {
+                    for m in &messages {
                         eprintln!("{m}");
+                    }
+                    // The lines a site template part printed, named with its file and line.
+                    let site = &args.pipeline;
+                    if site.templates_dir.is_some() {
+                        if let Ok(p) = portcullis::source::site::load_pipeline(
+                            site.scripts_dir.as_deref(),
+                            site.templates_dir.as_deref(),
+                            site.translate_config(),
+                        ) {
+                            let templates = p.renderer.templates();
+                            for d in portcullis::attribution::site_parts(
+                                &messages,
+                                &output.rendered,
+                                templates,
+                            ) {
+                                eprintln!("{d}");
+                            }
+                        }
                     }
                     ExitCode::from(exit::REJECTED)
                 }
@@ -447,4 +492,63 @@ fn print_out(s: &str) {
 
 fn println_out(s: &str) {
     print_out(&format!("{s}\n"));
+}
+
+/// `portcullis webhook`: serves until SIGTERM or SIGINT.
+fn webhook(args: portcullis::cli::WebhookArgs) -> ExitCode {
+    use portcullis::admission::{review::ReviewConfig, server};
+    init_logging("info", portcullis::cli::LogFormat::Text);
+    let engine = match portcullis::source::site::load_policy(args.scripts_dir.as_deref()) {
+        Ok(engine) => std::sync::Arc::new(engine),
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::from(exit::INPUT);
+        }
+    };
+    let config = server::ServeConfig {
+        listen: args.listen,
+        cert_file: args.tls_cert,
+        key_file: args.tls_key,
+        deadline: args.deadline,
+        review: ReviewConfig {
+            ingress_class: args.ingress_class,
+            config_map: args.configmap,
+            snippets: portcullis::snippets::SnippetPolicy {
+                allow: args.allow_config_snippets,
+                in_annotations: args.allow_config_snippets_in_annotations,
+            },
+            budget: portcullis::admission::review::REVIEW_OPERATIONS,
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    match runtime.block_on(server::serve(engine, config, shutdown)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(exit::INPUT)
+        }
+    }
 }
