@@ -131,12 +131,65 @@ pub struct WebhookArgs {
     /// The controller ConfigMap (NAMESPACE/NAME) whose keys are reviewed.
     #[arg(long, env = "PORTCULLIS_CONFIGMAP", value_parser = Key::parse_namespaced)]
     pub configmap: Option<Key>,
+    /// Manage the serving certificate here (NAMESPACE/NAME, a Secret) instead of reading one
+    /// issued by cert-manager: a CA and certificate of its own, renewed before they expire,
+    /// written to --tls-cert and --tls-key for serving.
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_CERTIFICATE_SECRET", value_parser = Key::parse_namespaced)]
+    pub certificate_secret: Option<Key>,
+    /// The ValidatingWebhookConfiguration that gets the managed CA bundle.
+    #[arg(
+        long,
+        env = "PORTCULLIS_WEBHOOK_CONFIGURATION",
+        default_value = "portcullis-webhook"
+    )]
+    pub webhook_configuration: String,
+    /// The names of the managed serving certificate (repeat for more).
+    #[arg(
+        long,
+        env = "PORTCULLIS_WEBHOOK_DNS_NAME",
+        default_value = "portcullis-webhook.portcullis.svc"
+    )]
+    pub dns_name: Vec<String>,
+    /// How long a managed serving certificate is valid, e.g. `90d` (renewed with a third left).
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_CERTIFICATE_VALIDITY", default_value = "90d", value_parser = parse_validity)]
+    pub certificate_validity: std::time::Duration,
+    /// How often the managed certificate is checked (and renewed when due), e.g. `60s`.
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_CERTIFICATE_CHECK", default_value = "60s", value_parser = parse_check_interval)]
+    pub certificate_check: std::time::Duration,
+    /// A kubeconfig for managing the certificate (default: the in-cluster configuration).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
     /// As the controller's flag: snippets in the ConfigMap are allowed.
     #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS")]
     pub allow_config_snippets: bool,
     /// As the controller's flag: snippets in annotations too.
     #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS_IN_ANNOTATIONS")]
     pub allow_config_snippets_in_annotations: bool,
+}
+
+/// How often a managed certificate is checked: from 1s to 1d.
+fn parse_check_interval(v: &str) -> Result<std::time::Duration, String> {
+    let ms = crate::values::parse_duration(v)?;
+    if !(1_000..=86_400_000).contains(&ms) {
+        return Err(format!("{v}: between 1s and 1d"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// A certificate's validity: whole hours (`12h`) or days (`90d`), from 1h to 10 years.
+fn parse_validity(v: &str) -> Result<std::time::Duration, String> {
+    let (digits, hours) = match v.strip_suffix('d') {
+        Some(d) => (d, 24),
+        None => (v.strip_suffix('h').unwrap_or("-"), 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{v}: hours or days, e.g. 12h or 90d"))?;
+    let total = n.saturating_mul(hours);
+    if total == 0 || total > 87_600 {
+        return Err(format!("{v}: from 1h to 3650d"));
+    }
+    Ok(std::time::Duration::from_secs(total * 3600))
 }
 
 fn parse_deadline(v: &str) -> Result<std::time::Duration, String> {

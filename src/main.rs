@@ -544,7 +544,29 @@ fn webhook(args: portcullis::cli::WebhookArgs) -> ExitCode {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    match runtime.block_on(server::serve(engine, config, shutdown)) {
+    let managed =
+        args.certificate_secret.map(
+            |secret| portcullis::admission::certificates::ManagedConfig {
+                secret,
+                webhook_configuration: args.webhook_configuration,
+                dns_names: args.dns_name,
+                validity: args.certificate_validity,
+                cert_file: config.cert_file.clone(),
+                key_file: config.key_file.clone(),
+            },
+        );
+    let serving = async move {
+        if let Some(managed) = managed {
+            portcullis::admission::certificates::start(
+                args.kubeconfig,
+                managed,
+                args.certificate_check,
+            )
+            .await?;
+        }
+        server::serve(engine, config, shutdown).await
+    };
+    match runtime.block_on(serving) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(clippy::needless_pass_by_value)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
 use std::io::{Read, Write};
@@ -395,4 +397,154 @@ fn a_rotated_certificate_is_served_without_a_restart() {
         0,
         "the old certificate is still served"
     );
+}
+
+/// The managed certificate: issued into a Secret with the CA bundle written into the webhook
+/// configuration, shared by a second replica, renewed with the old CA kept in the bundle.
+#[test]
+fn a_managed_certificate_is_issued_shared_and_renewed() {
+    use apiserver::{ApiServer, ResourceDef};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(
+        ApiServer::builder()
+            .with_resource(ResourceDef::new(
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+                false,
+            ))
+            .start(),
+    );
+    server.apply(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "portcullis-webhook"},
+        "webhooks": [{"name": "validate.portcullis.io", "admissionReviewVersions": ["v1"],
+                      "sideEffects": "None",
+                      "clientConfig": {"service": {"name": "portcullis-webhook",
+                                                   "namespace": "portcullis", "path": "/validate"}}}],
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, None);
+    let start = |tag: &str| {
+        let files = dir.path().join(tag);
+        std::fs::create_dir(&files).unwrap();
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .arg("webhook")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--tls-cert")
+            .arg(files.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(files.join("tls.key"))
+            .args([
+                "--certificate-secret",
+                "portcullis/portcullis-webhook-tls",
+                "--dns-name",
+                "webhook.portcullis.svc",
+                "--certificate-check",
+                "1s",
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join(format!("{tag}.log"))).unwrap())
+            .spawn()
+            .unwrap();
+        let log = dir.path().join(format!("{tag}.log"));
+        wait_until(Duration::from_secs(30), "the webhook listens", || {
+            TcpStream::connect(("127.0.0.1", port)).is_ok() || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                assert!(!text.contains("error"), "{text}");
+                false
+            }
+        });
+        Webhook {
+            child,
+            port,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    };
+    let bundle = || -> Vec<u8> {
+        use base64::Engine as _;
+        let configuration = server
+            .get(
+                "admissionregistration.k8s.io/v1",
+                "ValidatingWebhookConfiguration",
+                "",
+                "portcullis-webhook",
+            )
+            .unwrap();
+        configuration["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+            .unwrap_or_default()
+    };
+    let roots = |pem: &[u8], only_first: bool| {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem).take(if only_first {
+            1
+        } else {
+            9
+        }) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        roots
+    };
+
+    let one = start("one");
+    let first = bundle();
+    assert!(!first.is_empty(), "the CA bundle was written");
+    assert_eq!(
+        one.request_with(roots(&first, true), "GET", "/validate", b"")
+            .0,
+        405,
+        "served with a certificate the bundle trusts"
+    );
+    let secret = server
+        .get("v1", "Secret", "portcullis", "portcullis-webhook-tls")
+        .expect("the Secret");
+    assert_eq!(secret["type"], "kubernetes.io/tls");
+
+    // A second replica takes the same certificate rather than issuing its own.
+    let two = start("two");
+    assert_eq!(bundle(), first, "the second replica issued again");
+    assert_eq!(
+        two.request_with(roots(&first, true), "GET", "/validate", b"")
+            .0,
+        405
+    );
+
+    // Made for other names: renewed, the old CA kept in the bundle beside the new one.
+    let mut stale = server
+        .get("v1", "Secret", "portcullis", "portcullis-webhook-tls")
+        .unwrap();
+    stale["metadata"]["annotations"]["portcullis.io/dns-names"] = json!("old.portcullis.svc");
+    server.apply(stale);
+    wait_until(Duration::from_secs(20), "renewed", || bundle() != first);
+    let renewed = bundle();
+    let old_ca = String::from_utf8_lossy(&first).to_string();
+    assert!(
+        String::from_utf8_lossy(&renewed).ends_with(&old_ca),
+        "the old CA is kept"
+    );
+    for replica in [&one, &two] {
+        wait_until(
+            Duration::from_secs(30),
+            "the renewed certificate is served",
+            || {
+                replica
+                    .request_with(roots(&renewed, true), "GET", "/validate", b"")
+                    .0
+                    == 405
+            },
+        );
+    }
+    drop(rt);
 }

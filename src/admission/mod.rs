@@ -4,5 +4,6 @@
 //!
 //! [admission.md]: ../../docs/admission.md
 
+pub mod certificates;
 pub mod review;
 pub mod server;
