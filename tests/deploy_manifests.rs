@@ -851,38 +851,71 @@ fn every_workload_overlay_ships_a_network_policy() {
     }
 }
 
-/// The webhook overlay: its flags exist, it mounts no token and names no role, and it is
-/// called for the same objects the generated policy checks.
+/// The webhook overlays: their flags exist; with cert-manager it mounts no token and has no
+/// role, managing its own certificate it may touch its one Secret and the caBundle of its one
+/// configuration; it is called for the same objects the generated policy checks.
 #[test]
-fn the_admission_webhook_overlay_is_consistent() {
-    let objects = overlay("admission-webhook");
-    let deployment = objects
-        .iter()
-        .find(|o| s(o, "kind") == "Deployment")
-        .expect("a Deployment");
-    let pod = &deployment["spec"]["template"]["spec"];
-    assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
-    assert!(
-        !objects
-            .iter()
-            .any(|o| s(o, "kind").contains("Role") || s(o, "kind") == "Secret"),
-        "the webhook needs no API access"
-    );
+fn the_admission_webhook_overlays_are_consistent() {
     let help = Command::new(env!("CARGO_BIN_EXE_portcullis"))
         .args(["webhook", "--help"])
         .output()
         .expect("portcullis webhook --help");
     let help = String::from_utf8_lossy(&help.stdout).to_string();
-    let args = strings(&containers(pod)[0]["args"]);
-    assert_eq!(args[0], "webhook");
-    for arg in &args[1..] {
-        let flag = arg.split('=').next().unwrap_or(arg);
-        assert!(
-            help.lines()
-                .any(|l| l.trim_start().split([' ', ',']).any(|w| w == flag)),
-            "portcullis webhook has no flag {flag}"
+    for (name, manages) in [
+        ("admission-webhook", true),
+        ("admission-webhook-cert-manager", false),
+    ] {
+        let objects = overlay(name);
+        let deployment = objects
+            .iter()
+            .find(|o| s(o, "kind") == "Deployment")
+            .expect("a Deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(manages));
+        let args = strings(&containers(pod)[0]["args"]);
+        assert_eq!(args[0], "webhook");
+        for arg in &args[1..] {
+            let flag = arg.split('=').next().unwrap_or(arg);
+            assert!(
+                help.lines()
+                    .any(|l| l.trim_start().split([' ', ',']).any(|w| w == flag)),
+                "{name}: portcullis webhook has no flag {flag}"
+            );
+        }
+        assert_eq!(
+            args.iter().any(|a| a.starts_with("--certificate-secret=")),
+            manages
         );
+        let granted: BTreeSet<Grant> = objects
+            .iter()
+            .filter(|o| s(o, "kind").ends_with("Role"))
+            .flat_map(|o| grants(&o["rules"]))
+            .collect();
+        let expected: BTreeSet<Grant> = if manages {
+            [
+                ("", "secrets", "get"),
+                ("", "secrets", "update"),
+                ("", "secrets", "create"),
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    "get",
+                ),
+                (
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    "update",
+                ),
+            ]
+            .into_iter()
+            .map(|(g, r, v)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect()
+        } else {
+            BTreeSet::new()
+        };
+        assert_eq!(granted, expected, "{name}");
     }
+    let objects = overlay("admission-webhook");
     let configuration = objects
         .iter()
         .find(|o| s(o, "kind") == "ValidatingWebhookConfiguration")

@@ -256,6 +256,18 @@ fn reviews_allow_deny_and_warn_as_the_controller_reports() {
         "the controller says otherwise:\n{controller}\nwebhook: {message}"
     );
 
+    // The Ingress' own fields are checked as the controller checks them.
+    let mut bad_path = ingress("portcullis", json!({}));
+    bad_path["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!("Regex");
+    let refused = webhook.review("Ingress", &bad_path);
+    assert_eq!(refused["allowed"], false, "{refused}");
+    let message = refused["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.rules[0].http.paths[0].pathType: "),
+        "{message}"
+    );
+    assert!(controller_says(&bad_path).contains(message), "{message}");
+
     // A warning (an annotation no script reads) passes through; the object is allowed.
     let typo = webhook.review(
         "Ingress",

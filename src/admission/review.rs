@@ -113,7 +113,7 @@ fn check(engine: &PolicyEngine, config: &ReviewConfig, request: &Value) -> Verdi
             let annotations = Arc::new(ingress.metadata.annotations.clone().unwrap_or_default());
             vocabulary.check_annotations(&subject, &annotations, &mut diags);
             let source = ValueSource::annotations(subject.clone(), annotations);
-            for (host, path, path_type) in paths(ingress) {
+            for (host, path, path_type) in paths(ingress, &subject, &mut diags) {
                 let facts =
                     BTreeMap::from([("host", host), ("path", path), ("path_type", path_type)]);
                 let ctx = HookContext::new(subject.clone(), vec![source.clone()], facts)
@@ -184,20 +184,56 @@ fn of_class(ingress: &k8s_openapi::api::networking::v1::Ingress, class: &str) ->
     named.or(annotated) == Some(class)
 }
 
-/// Each path of the Ingress' rules as a route hook sees it: host, path, path type. An Ingress
-/// with no rule still gets its route hooks run once (its annotations apply to its default
-/// backend).
-fn paths(ingress: &k8s_openapi::api::networking::v1::Ingress) -> Vec<(String, String, String)> {
+/// Each path of the Ingress' rules as a route hook sees it: host, path, path type. A host,
+/// path or path type that does not parse is reported as the controller reports it and left
+/// out. An Ingress with no rule still gets its route hooks run once (its annotations apply to
+/// its default backend).
+fn paths(
+    ingress: &k8s_openapi::api::networking::v1::Ingress,
+    subject: &ObjectRef,
+    diags: &mut Diagnostics,
+) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    for rule in ingress.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
-        let host = rule.host.clone().unwrap_or_default();
-        for path in rule.http.iter().flat_map(|h| &h.paths) {
-            let p = path.path.clone().filter(|p| !p.is_empty());
-            out.push((
-                host.clone(),
-                p.unwrap_or_else(|| "/".to_string()),
-                path.path_type.clone(),
-            ));
+    let mut error = |field: String, message: String| {
+        diags.object(Severity::Error, subject, field, message);
+    };
+    for (i, rule) in ingress
+        .spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .enumerate()
+    {
+        let host = match rule.host.as_deref() {
+            None | Some("") => String::new(),
+            Some(h) => match crate::values::parse_host(h) {
+                Ok(h) => h,
+                Err(e) => {
+                    error(
+                        format!("spec.rules[{i}].host"),
+                        format!("{e}; rule skipped"),
+                    );
+                    continue;
+                }
+            },
+        };
+        for (j, path) in rule.http.iter().flat_map(|h| &h.paths).enumerate() {
+            let field = format!("spec.rules[{i}].http.paths[{j}]");
+            let kind = match crate::translate::routes::PathKind::parse(&path.path_type) {
+                Ok(k) => k,
+                Err(e) => {
+                    error(format!("{field}.pathType"), format!("{e}; path skipped"));
+                    continue;
+                }
+            };
+            let raw = path
+                .path
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("/");
+            match crate::values::parse_path(raw) {
+                Ok(p) => out.push((host.clone(), p, kind.as_str().to_string())),
+                Err(e) => error(format!("{field}.path"), format!("{e}; path skipped")),
+            }
         }
     }
     if out.is_empty() {
