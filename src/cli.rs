@@ -503,6 +503,11 @@ pub struct PipelineArgs {
     /// `namespace/service:port[:ssl][:proxy]`.
     #[arg(long, env = "PORTCULLIS_CONFIGMAP_TCP_SERVICES", value_parser = Key::parse_namespaced)]
     pub configmap_tcp_services: Option<Key>,
+    /// ConfigMap (NAMESPACE/NAME) of pattern files: each key is written as the file
+    /// `patterns/<key>`, which access lists (`allow-list: patterns/<key>`) and snippets
+    /// (`map(patterns/<key>)`) name.
+    #[arg(long, env = "PORTCULLIS_CONFIGMAP_PATTERNFILES", value_parser = Key::parse_namespaced)]
+    pub configmap_patternfiles: Option<Key>,
     /// Also bind this IPv6 address (e.g. `::`); without it there are no IPv6 binds.
     #[arg(long, env = "PORTCULLIS_IPV6_BIND_ADDRESS")]
     pub ipv6_bind_address: Option<std::net::Ipv6Addr>,
@@ -643,6 +648,7 @@ impl PipelineArgs {
             dynamic_cookie_key_secret: self.dynamic_cookie_key_secret.clone(),
             errorfiles_config_map: self.configmap_errorfiles.clone(),
             tcp_services_config_map: self.configmap_tcp_services.clone(),
+            patternfiles_config_map: self.configmap_patternfiles.clone(),
             workers: crate::parallel::Workers::default(),
             exposure: self.exposure(),
             host_ownership: self.host_ownership,

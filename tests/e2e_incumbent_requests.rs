@@ -564,7 +564,7 @@ fn with_pattern_files() -> Harness {
         "patternfiles.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: patternfiles\n  \
          namespace: haproxy-controller\ndata:\n  ips: |\n    192.168.0.0/24\n    192.168.1.0/24\n  \
-         ips2: |\n    192.169.0.0/24\n    192.169.1.0/24\n",
+         ips2: |\n    192.169.0.0/24\n    192.169.1.0/24\n  loopback: |\n    127.0.0.2\n",
     );
     let mut flags = CLASS_FLAGS.to_vec();
     flags.extend([
@@ -575,9 +575,25 @@ fn with_pattern_files() -> Harness {
     h
 }
 
+/// Applies `annotations` without `src-ip-header` and polls until each client, connecting from
+/// its own loopback address, gets its status.
+fn source_case(suite: &Suite, h: &Harness, annotations: &[(&str, &str)], want: &[(&str, u16)]) {
+    let named: Vec<(String, &str)> = annotations.iter().map(|(k, v)| (org(k), *v)).collect();
+    let refs: Vec<(&str, &str)> = named.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    suite.ingress(h, &refs);
+    for (ip, status) in want {
+        let from: std::net::IpAddr = ip.parse().unwrap();
+        suite.eventually(
+            h,
+            &format!("{annotations:?}: a client at {ip} gets {status}"),
+            || support::http_get_from(from, h.http_port, &suite.host, "/"),
+            |a| a.status == *status,
+        );
+    }
+}
+
 /// access-control `Test_Whitelist`, its pattern-file cases.
 #[test]
-#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
 fn access_control_whitelist_pattern_files() {
     let h = with_pattern_files();
     let suite = Suite::new("access-control-allow-patterns");
@@ -608,11 +624,17 @@ fn access_control_whitelist_pattern_files() {
         ],
         &[("192.168.0.3", 200), ("192.168.2.3", 403)],
     );
+    // Not part of the suite: the clients' own addresses, without src-ip-header.
+    source_case(
+        &suite,
+        &h,
+        &[("allow-list", "patterns/loopback")],
+        &[("127.0.0.2", 200), ("127.0.0.3", 403), ("127.0.0.1", 403)],
+    );
 }
 
 /// access-control `Test_Blacklist`, its pattern-file cases.
 #[test]
-#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
 fn access_control_blacklist_pattern_files() {
     let h = with_pattern_files();
     let suite = Suite::new("access-control-deny-patterns");
@@ -638,6 +660,13 @@ fn access_control_blacklist_pattern_files() {
             ("deny-list", "patterns/ips"),
         ],
         &[("192.168.0.3", 403), ("192.169.2.3", 200)],
+    );
+    // Not part of the suite: the clients' own addresses, without src-ip-header.
+    source_case(
+        &suite,
+        &h,
+        &[("deny-list", "patterns/loopback")],
+        &[("127.0.0.2", 403), ("127.0.0.3", 200), ("127.0.0.1", 200)],
     );
 }
 

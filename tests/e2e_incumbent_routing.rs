@@ -473,7 +473,6 @@ fn haproxy_files_error_files() {
 /// of `--configmap-patternfiles` into a response header; updating the ConfigMap updates the
 /// answers.
 #[test]
-#[ignore = "pattern files (--configmap-patternfiles, patterns/...) are not supported yet"]
 fn haproxy_files_pattern_files() {
     let mut flags = SNIPPET_FLAGS.to_vec();
     flags.extend([

@@ -499,3 +499,65 @@ fn a_script_change_renders_again_only_the_sections_it_changed() {
         after.model.backends.len() as u64
     );
 }
+
+/// A pattern file's content is read by translation, after the hooks, whose remembered results
+/// hold the reference alone: a change of the `--configmap-patternfiles` ConfigMap (a bad line
+/// fixed, a key added, a file emptied, the ConfigMap gone) gives on a warm pipeline, whose
+/// hook results and Ingress parts are all as before, what a fresh pipeline gives, and changes
+/// the routes.
+#[test]
+fn a_pattern_file_change_is_not_hidden_by_remembered_results() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/37-pattern-files");
+    let (objects, mut store, warm, fresh) = warmed_case(&dir);
+    let original = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::ConfigMap(cm) => Some(cm.clone()),
+            _ => None,
+        })
+        .expect("the case has its pattern files");
+    let with = |edit: &dyn Fn(&mut std::collections::BTreeMap<String, String>)| {
+        let mut cm = k8s_openapi::api::core::v1::ConfigMap::clone(&original);
+        edit(cm.data.get_or_insert_with(Default::default));
+        Object::ConfigMap(Arc::new(cm))
+    };
+    let before = summary(&warm.run(&store).unwrap());
+    let steps: [(&str, Option<Object>); 4] = [
+        (
+            "the bad line fixed, the missing key added",
+            Some(with(&|d| {
+                d.insert("typo".into(), "192.168.0.1\n".into());
+                d.insert("nobody".into(), "# nobody yet\n".into());
+            })),
+        ),
+        (
+            "the office moved",
+            Some(with(&|d| {
+                d.insert("office".into(), "198.51.100.0/24\n".into());
+            })),
+        ),
+        ("the ConfigMap deleted", None),
+        ("put back", Some(Object::ConfigMap(original.clone()))),
+    ];
+    for (step, object) in steps {
+        match object {
+            Some(object) => store.upsert(object),
+            None => store.delete(Kind::ConfigMap, &original_key(&original)),
+        }
+        let (output, _) = run(&warm, &store);
+        let now = summary(&output);
+        assert_eq!(now, fresh(&store), "{step}");
+        if step != "put back" {
+            assert_ne!(now, before, "{step}: the output follows the files");
+        } else {
+            assert_eq!(now, before, "{step}");
+        }
+    }
+}
+
+fn original_key(cm: &k8s_openapi::api::core::v1::ConfigMap) -> portcullis::objects::Key {
+    portcullis::objects::Key::new(
+        cm.metadata.namespace.clone().unwrap_or_default(),
+        cm.metadata.name.clone().unwrap_or_default(),
+    )
+}

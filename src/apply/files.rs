@@ -132,7 +132,14 @@ pub fn remove_unreferenced(dir: &Path, keep: impl Fn(&str) -> bool) -> Removal {
     }
     let _ = save_owned(dir, &owned_now);
     // `certs/ca` and `certs/client`: CA bundles and client certificates to the pods.
-    for sub in ["certs", "certs/ca", "certs/client", "maps", "errorfiles"] {
+    for sub in [
+        "certs",
+        "certs/ca",
+        "certs/client",
+        "maps",
+        "errorfiles",
+        "patterns",
+    ] {
         let Ok(entries) = std::fs::read_dir(dir.join(sub)) else {
             continue;
         };
@@ -154,7 +161,7 @@ pub fn remove_unreferenced(dir: &Path, keep: impl Fn(&str) -> bool) -> Removal {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Removal {
     pub removed: Vec<String>,
-    /// Files in `certs/`, `maps/` or `errorfiles/` that Portcullis did not write: left alone.
+    /// Files in `certs/`, `maps/`, `errorfiles/` or `patterns/` that Portcullis did not write: left alone.
     pub foreign: Vec<String>,
 }
 

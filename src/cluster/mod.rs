@@ -72,6 +72,7 @@ pub async fn start(
             .iter()
             .chain(&translate.errorfiles_config_map)
             .chain(&translate.tcp_services_config_map)
+            .chain(&translate.patternfiles_config_map)
             .cloned()
             .collect(),
         pod_namespace: identity.pod_namespace.clone(),

@@ -84,7 +84,7 @@ impl WatchSpec {
 pub struct WatchPlan {
     pub namespaces: NamespaceFilter,
     /// ConfigMaps named by flags (the controller ConfigMap, `--configmap-errorfiles`,
-    /// `--configmap-tcp-services`), each watched by name.
+    /// `--configmap-tcp-services`, `--configmap-patternfiles`), each watched by name.
     pub config_maps: Vec<Key>,
     /// Where the controller's own Pods live (peers).
     pub pod_namespace: Option<String>,

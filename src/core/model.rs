@@ -46,6 +46,8 @@ pub struct Model {
     pub userlists: Vec<Userlist>,
     /// HAProxy error pages from the `--configmap-errorfiles` ConfigMap, by status code.
     pub errorfiles: Vec<ErrorFile>,
+    /// Pattern files from the `--configmap-patternfiles` ConfigMap, by key.
+    pub patterns: Vec<PatternFile>,
 }
 
 impl Model {
@@ -69,6 +71,7 @@ impl Model {
             tcp_backends,
             userlists,
             errorfiles,
+            patterns,
         } = self;
         (
             (
@@ -87,7 +90,7 @@ impl Model {
                 tcp,
                 tcp_backends,
             ),
-            (userlists, errorfiles),
+            (userlists, errorfiles, patterns),
         )
     }
 
@@ -114,6 +117,19 @@ pub struct ErrorFile {
     /// The response. Not shown in `/debug/model`; HAProxy reads it only when it (re)loads.
     #[serde(skip)]
     pub content: String,
+}
+
+/// A pattern file: one key of the `--configmap-patternfiles` ConfigMap, written as it is
+/// (bounded by [`crate::values::check_pattern_content`]) for HAProxy to read: access lists
+/// name it with `-f`, snippets with `map()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PatternFile {
+    pub key: String,
+    /// `patterns/<key>`, relative to the configuration directory.
+    pub path: String,
+    /// The file. Not shown in `/debug/model`; HAProxy reads it only when it (re)loads.
+    #[serde(skip)]
+    pub content: Arc<str>,
 }
 
 /// One `syslog-server` line: `log <address>[:<port>] [len <n>] [format <f>] <facility>
@@ -299,6 +315,10 @@ pub struct RateLimit {
     pub status: u16,
     /// Client addresses and blocks never limited (canonical CIDR form).
     pub whitelist: Vec<String>,
+    /// Or the pattern file (`patterns/<key>`) of them. Not serialized when absent, so that
+    /// policy ids of routes without it stay what they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whitelist_file: Option<String>,
 }
 
 /// Addresses and ports the frontends bind. Comes from flags, not from the cluster.
@@ -1148,6 +1168,13 @@ pub struct RouteSettings {
     pub more_path_rewrites: Vec<(String, String)>,
     pub allow_list: Vec<String>,
     pub deny_list: Vec<String>,
+    /// The pattern files (`patterns/<key>`) of addresses allowed or refused, in place of the
+    /// lists above (`allow-list: patterns/<key>`); translation checks every line. Not
+    /// serialized when absent, so policy ids of routes without them do not change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_file: Option<String>,
     /// A setting that guards access (`allow-list`, `deny-list`) has a bad value: every
     /// request of the route is refused (fail closed). Not serialized when absent, so policy
     /// ids of routes without it do not change.
@@ -1317,6 +1344,11 @@ pub struct PassthroughAccess {
     pub allow_list: Vec<String>,
     /// These do not (`deny-list`).
     pub deny_list: Vec<String>,
+    /// The pattern files of these lists (`patterns/<key>`), when they name one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_file: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_file: Option<String>,
     /// A bad access-list value: nobody gets through (fail closed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deny_all: Option<DenyAll>,

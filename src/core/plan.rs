@@ -125,6 +125,14 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
             .push("error pages (--configmap-errorfiles) changed".to_string());
         return plan;
     }
+    // HAProxy reads pattern files when it loads, and only for the ACLs and maps that name
+    // them: a verified reload puts every user of a changed file on the new content at once.
+    if let Some(path) = pattern_file_change(&old.model, &new.model) {
+        plan.reload_reasons.push(format!(
+            "pattern file {path} (--configmap-patternfiles) changed"
+        ));
+        return plan;
+    }
     servers(old, new, &mut plan);
     if !Arc::ptr_eq(&old.model.maps, &new.model.maps) {
         maps(old, new, &mut plan);
@@ -488,6 +496,24 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
     };
     let (a, b) = (files(old), files(new));
     // The new file's name when there is one: it says which Secret and which content.
+    b.keys()
+        .chain(a.keys())
+        .find(|k| a.get(*k) != b.get(*k))
+        .cloned()
+}
+
+/// The path of a pattern file that differs between the models (added, changed or removed).
+fn pattern_file_change(old: &Model, new: &Model) -> Option<String> {
+    if old.patterns == new.patterns {
+        return None;
+    }
+    let files = |m: &Model| -> BTreeMap<String, Arc<str>> {
+        m.patterns
+            .iter()
+            .map(|p| (p.path.clone(), p.content.clone()))
+            .collect()
+    };
+    let (a, b) = (files(old), files(new));
     b.keys()
         .chain(a.keys())
         .find(|k| a.get(*k) != b.get(*k))

@@ -402,8 +402,11 @@ pub fn parse(
     }
     let mut out = Vec::with_capacity(lines.len());
     for (n, line) in lines.iter().enumerate() {
+        // The line as it is printed, trimmed: trimming may leave an escape at its end
+        // (`\` before a tab), which the template's check refuses.
+        let line = line.trim();
         check_line_in(line, section).map_err(|e| format!("line {}: {e}", n + 1))?;
-        out.push(line.trim().to_string());
+        out.push(line.to_string());
     }
     Ok(out)
 }
@@ -563,8 +566,13 @@ fn check_expressions(word: &str) -> Result<(), String> {
         let name = &word[start..end];
         let call = bytes.get(end) == Some(&b'(');
         let lower = name.to_ascii_lowercase();
+        // A map converter may read a pattern file of --configmap-patternfiles, which holds
+        // only what its ConfigMap's writer put there.
+        let map = lower == "map" || lower.starts_with("map_");
+        let pattern_file = map && call && names_pattern_file(&word[end + 1..]);
         let denied = lower.starts_with("lua.")
             || (call
+                && !pattern_file
                 && (matches!(lower.as_str(), "env" | "map" | "in_table")
                     || lower.starts_with("map_")
                     || lower.starts_with("table_")
@@ -583,6 +591,15 @@ fn check_expressions(word: &str) -> Result<(), String> {
         start = end;
     }
     Ok(())
+}
+
+/// Whether the arguments of a converter, `args` (what follows its `(`), start with a pattern
+/// file `patterns/<key>` as their own argument.
+fn names_pattern_file(args: &str) -> bool {
+    let first = args.split([',', ')']).next().unwrap_or_default();
+    args.len() > first.len()
+        && crate::values::parse_pattern_ref(first).is_ok()
+        && first.trim() == first
 }
 
 /// The words HAProxy 2.6 reads from a line (`parse_line()` with the options of its config
@@ -745,6 +762,18 @@ mod tests {
         assert_eq!(w("set-header X '$5'"), ["set-header", "X", "$5"]);
     }
 
+    /// Map converters may read the pattern files of --configmap-patternfiles, and only those.
+    #[test]
+    fn maps_read_pattern_files() {
+        for ok in [
+            "http-after-response set-header result %[var(txn.path),ltrim(/),map(patterns/mapping)]",
+            "http-request set-var(txn.x) path,map_beg(patterns/prefixes,none)",
+            "http-request set-var(txn.x) src,map_ip(patterns/nets)",
+        ] {
+            assert_eq!(check_line_in(ok, Section::Backend), Ok(()), "{ok}");
+        }
+    }
+
     /// Lines that would read files, the environment or code, rewrite other tenants' routes,
     /// or leave their place.
     #[test]
@@ -758,6 +787,12 @@ mod tests {
             "http-error status 503 errorfile /etc/passwd",
             "http-request set-var(txn.b) path,map_beg(maps/prefix.map)",
             "http-request set-var(txn.x) path,map(/etc/passwd)",
+            "http-request set-var(txn.x) path,map(patterns/../../etc/passwd)",
+            "http-request set-var(txn.x) path,map(patterns/a/b)",
+            "http-request set-var(txn.x) path,map(patterns/)",
+            "http-request set-var(txn.x) path,map(maps/exact.map)",
+            "http-request set-map(patterns/ips) %[src] a",
+            "http-request add-acl(patterns/ips) %[src]",
             "http-request deny if { src -f /etc/hosts }",
             "acl bad path -M maps/x.map",
             "errorfile 503 /etc/passwd",

@@ -11,6 +11,7 @@ use crate::diagnostics::quoted;
 
 mod header;
 mod health_check;
+mod patterns;
 mod pcre;
 mod routing;
 pub use header::{
@@ -19,6 +20,11 @@ pub use header::{
     parse_header_format,
 };
 pub use health_check::{CHECK_METHODS, CHECK_VERSIONS, parse_http_check};
+pub use patterns::{
+    AccessList, MAX_PATTERN_FILE_BYTES, MAX_PATTERN_KEY_BYTES, MAX_PATTERN_LINE_BYTES,
+    MAX_PATTERN_LINES, PATTERN_PREFIX, check_address_patterns, check_pattern_content,
+    parse_access_list, parse_pattern_key, parse_pattern_ref, pattern_lines, pattern_path,
+};
 pub use pcre::RegexPlace;
 pub use routing::{
     parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_rewrite,

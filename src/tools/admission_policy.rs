@@ -213,18 +213,26 @@ fn check(value_type: &ValueType) -> Option<(String, String)> {
                 shape("[0-9]+[kKmMgG]?"),
                 "a size such as 100k, 1m, 2g or a plain number".to_string(),
             ),
+            // Addresses and blocks by their characters.
             "cidrs" => (
-                // Addresses and blocks by their characters; or a pattern file, where one is
-                // read.
-                shape(
-                    "([0-9A-Fa-f:.]+(/[0-9]{1,3})?([\\s,]+[0-9A-Fa-f:.]+(/[0-9]{1,3})?)*[\\s,]*|patterns/[A-Za-z0-9._-]+)",
-                ),
+                shape(ADDRESSES),
                 "IP addresses and CIDR blocks separated by commas or spaces".to_string(),
+            ),
+            // Or a pattern file alone (`values::parse_pattern_ref`).
+            "access_list" => (
+                shape(&format!(
+                    "({ADDRESSES}|patterns/[A-Za-z0-9][A-Za-z0-9._-]{{0,127}})"
+                )),
+                "IP addresses and CIDR blocks separated by commas or spaces, or patterns/<key>"
+                    .to_string(),
             ),
             _ => return None,
         },
     })
 }
+
+/// IP addresses and CIDR blocks separated by commas and/or whitespace, by their characters.
+const ADDRESSES: &str = "[0-9A-Fa-f:.]+(/[0-9]{1,3})?([\\s,]+[0-9A-Fa-f:.]+(/[0-9]{1,3})?)*[\\s,]*";
 
 /// `s` as a CEL string literal (single quotes, escaped).
 fn cel_string(s: &str) -> String {

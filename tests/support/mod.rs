@@ -696,6 +696,25 @@ pub fn connect_from(source: Option<std::net::IpAddr>, port: u16) -> Option<TcpSt
     Some(stream)
 }
 
+/// A GET to HAProxy's HTTP frontend on `127.0.0.1:port` from `source` (see [`connect_from`]);
+/// `None` when the connection or the answer failed.
+pub fn http_get_from(
+    source: std::net::IpAddr,
+    port: u16,
+    host: &str,
+    path: &str,
+) -> Option<Answer> {
+    let mut stream = connect_from(Some(source), port)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
+    stream.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
+    stream
+        .write_all(get_request(host, path, &[]).as_bytes())
+        .ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).ok()?;
+    parse_response(&raw)
+}
+
 /// [`served_certificate_der`] for a client connecting from `source` (see [`connect_from`]).
 pub fn served_certificate_der_from(
     source: Option<std::net::IpAddr>,

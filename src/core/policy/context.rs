@@ -742,6 +742,13 @@ impl Ctx {
             .map_or(Dynamic::UNIT, strings_to_array)
     }
 
+    /// Addresses and blocks, or the one pattern file `patterns/<key>` as a one-element array
+    /// (checked against the pattern files in translation, after the hook).
+    fn get_access_list(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), values::parse_access_list)
+            .map_or(Dynamic::UNIT, |a| strings_to_array(a.into_strings()))
+    }
+
     fn get_balance(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), values::parse_balance)
             .map_or(Dynamic::UNIT, Dynamic::from)
@@ -1137,6 +1144,7 @@ pub(crate) fn register(engine: &mut Engine) {
         "size" => get_size,
         "duration" => get_duration,
         "cidrs" => get_cidrs,
+        "access_list" => get_access_list,
         "balance" => get_balance,
         "header_name" => get_header_name,
         "header_value" => get_header_value,

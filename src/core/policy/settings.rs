@@ -434,8 +434,8 @@ pub fn apply_route(
                 s.path_rewrite = (!rules.is_empty()).then(|| rules.remove(0));
                 s.more_path_rewrites = rules;
             }),
-            "allow_list" => cidrs(value).map(|c| s.allow_list = c),
-            "deny_list" => cidrs(value).map(|c| s.deny_list = c),
+            "allow_list" => access_list(value).map(|a| (s.allow_list, s.allow_file) = a),
+            "deny_list" => access_list(value).map(|a| (s.deny_list, s.deny_file) = a),
             "deny_all" => deny_all(value).map(|d| s.deny_all = Some(d)),
             "basic_auth" => basic_auth(value).map(|a| s.basic_auth = Some(a)),
             "cors" => cors(value).map(|c| s.cors = Some(c)),
@@ -589,6 +589,19 @@ fn cidrs(v: &Dynamic) -> Result<Vec<String>, String> {
     values::parse_cidr_list(&items.join(","))
 }
 
+/// Addresses and blocks, or the one pattern file `patterns/<key>` (as `ctx.access_list`
+/// returns them): the list, or the file's path.
+fn access_list(v: &Dynamic) -> Result<(Vec<String>, Option<String>), String> {
+    let items = array(v)?
+        .iter()
+        .map(string)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(match values::parse_access_list(&items.join(","))? {
+        values::AccessList::Addresses(list) => (list, None),
+        values::AccessList::File(key) => (Vec::new(), Some(values::pattern_path(&key))),
+    })
+}
+
 /// `#{size: <entries>, expire: <ms>}`.
 fn source_persistence(v: &Dynamic) -> Result<SourcePersistence, String> {
     let map = v
@@ -646,10 +659,10 @@ fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
     let size = int(field("size")?, 1, values::MAX_TABLE_ENTRIES as i64)?;
     let status = deny_status(int(field("status")?, 100, 599)?)?;
     let whitelist = field("whitelist")?;
-    let whitelist = if array(whitelist)?.is_empty() {
-        Vec::new()
+    let (whitelist, whitelist_file) = if array(whitelist)?.is_empty() {
+        (Vec::new(), None)
     } else {
-        cidrs(whitelist)?
+        access_list(whitelist)?
     };
     Ok(RateLimit {
         requests: requests as u64,
@@ -657,6 +670,7 @@ fn rate_limit(v: &Dynamic) -> Result<RateLimit, String> {
         size: size_text(size as u64),
         status,
         whitelist,
+        whitelist_file,
     })
 }
 

@@ -410,7 +410,9 @@ impl Renderer {
         // With the same certificates and error pages (the usual case), the last table is
         // copied whole, thousands of certificate files at once, and only haproxy.cfg and the
         // maps are put in again.
-        let copied = same_tls(previous, model) && previous.errorfiles == model.errorfiles;
+        let copied = same_tls(previous, model)
+            && previous.errorfiles == model.errorfiles
+            && previous.patterns == model.patterns;
         let mut files = if copied {
             (*previous_rendered.files).clone()
         } else {
@@ -508,8 +510,12 @@ fn other_files(
     }
     let tls_kept = previous.is_some_and(|(m, _)| same_tls(m, model));
     let pages_kept = previous.is_some_and(|(m, _)| m.errorfiles == model.errorfiles);
+    let patterns_kept = previous.is_some_and(|(m, _)| m.patterns == model.patterns);
     if copied {
-        debug_assert!(tls_kept && pages_kept, "copied only when they are the same");
+        debug_assert!(
+            tls_kept && pages_kept && patterns_kept,
+            "copied only when they are the same"
+        );
         return Ok(());
     }
     if model.tls.enabled() {
@@ -520,7 +526,8 @@ fn other_files(
         files.insert(CRT_LIST.to_string(), list);
     }
     // CA bundles and client certificates haproxy.cfg names directly, certificates named by
-    // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults).
+    // the crt-list or directly by TCP binds, error pages (`errorfile` in defaults), pattern
+    // files (`-f` in access lists, `map()` in snippets).
     // Certificates are shared with the model, not copied.
     let contents = (model.tls.static_files.iter().chain(&model.tls.pem_files))
         .map(|pem| {
@@ -533,6 +540,10 @@ fn other_files(
         .chain(model.errorfiles.iter().map(|page| {
             let bytes = Shared::from(page.content.as_bytes().to_vec());
             (page.path.as_str(), bytes, pages_kept)
+        }))
+        .chain(model.patterns.iter().map(|file| {
+            let bytes = Shared::from(file.content.as_bytes().to_vec());
+            (file.path.as_str(), bytes, patterns_kept)
         }));
     for (path, content, same) in contents {
         let bytes = match taken(path).filter(|_| same) {

@@ -62,6 +62,7 @@ fn differing_fields(a: &Model, b: &Model) -> Vec<&'static str> {
         tcp_backends: _,
         userlists: _,
         errorfiles: _,
+        patterns: _,
     } = a;
     let mut differing = Vec::new();
     let mut check = |name: &'static str, same: bool| {
@@ -91,6 +92,7 @@ fn differing_fields(a: &Model, b: &Model) -> Vec<&'static str> {
     check("tcp_backends", a.tcp_backends == b.tcp_backends);
     check("userlists", a.userlists == b.userlists);
     check("errorfiles", a.errorfiles == b.errorfiles);
+    check("patterns", a.patterns == b.patterns);
     differing
 }
 

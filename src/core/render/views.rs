@@ -271,6 +271,7 @@ const MODEL_FIELDS: &[&str] = &[
     "tcp_backends",
     "userlists",
     "errorfiles",
+    "patterns",
 ];
 
 /// Something done with one serializable field of the model.
@@ -296,6 +297,7 @@ fn visit_field<V: FieldVisitor>(m: &Model, name: &str, visitor: V) -> Option<V::
         "tcp_backends" => visitor.visit(&m.tcp_backends),
         "userlists" => visitor.visit(&m.userlists),
         "errorfiles" => visitor.visit(&m.errorfiles),
+        "patterns" => visitor.visit(&m.patterns),
         _ => return None,
     })
 }

@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod incremental;
 pub mod incumbent_crs;
 pub mod parts;
+pub mod patterns;
 pub mod peers;
 pub mod routes;
 pub mod slots;
@@ -66,6 +67,8 @@ pub struct TranslateConfig {
     pub errorfiles_config_map: Option<Key>,
     /// `--configmap-tcp-services`: port → `namespace/service:port[:ssl][:proxy]`.
     pub tcp_services_config_map: Option<Key>,
+    /// `--configmap-patternfiles`: key → pattern file `patterns/<key>`.
+    pub patternfiles_config_map: Option<Key>,
     /// Threads that translate Ingresses and assemble backends ahead when a run has many
     /// (see [`crate::parallel`]). The output is the same for any.
     pub workers: crate::parallel::Workers,
@@ -99,6 +102,7 @@ impl Default for TranslateConfig {
             dynamic_cookie_key_secret: None,
             errorfiles_config_map: None,
             tcp_services_config_map: None,
+            patternfiles_config_map: None,
             workers: crate::parallel::Workers::default(),
             host_ownership: class::HostOwnership::default(),
             exposure: exposure::Exposure::default(),
@@ -210,11 +214,17 @@ pub fn translate_taking<'a>(
         config_map: None,
         resources: Vec::new(),
         owners: None,
+        patterns: Arc::default(),
     };
     let mut t = Translator::new(&ctx);
     t.incremental = incremental::Incremental::new(prior, carried);
     t.registered = Some(Vec::new());
     t.load_config_map();
+    t.ctx.patterns = Arc::new(patterns::PatternFiles::load(
+        store,
+        config.patternfiles_config_map.as_ref(),
+        &mut t.diags,
+    ));
     t.ctx.resources = t.config_resources();
     let global = {
         let subject = config.config_map.as_ref().map_or_else(
@@ -328,6 +338,8 @@ pub struct Ctx<'a> {
     /// precedence over its keys.
     pub resources: Vec<ValueSource>,
     pub owners: Option<Arc<class::HostOwners>>,
+    /// The pattern files of `--configmap-patternfiles`, read once per run.
+    pub patterns: Arc<patterns::PatternFiles>,
 }
 
 /// One Ingress' rules and TLS section (its default backend is the run's, where the first
@@ -1043,7 +1055,8 @@ impl<'a> Translator<'a> {
         let run = self.policy.run_route(&ctx, self.budget);
         self.budget = run.budget;
         self.diags.extend(run.diagnostics);
-        let outcome = run.settings;
+        let mut outcome = run.settings;
+        self.check_pattern_refs(&object, &mut outcome);
         scope
             .host_tls
             .get_or_insert_with(|| outcome.host_tls.clone());
@@ -1567,6 +1580,7 @@ impl<'a> Translator<'a> {
             tcp_backends,
             userlists: std::mem::take(&mut self.userlists).into_vec(),
             errorfiles: self.errorfiles(),
+            patterns: self.ctx.patterns.files(),
         };
         Translation {
             model,
@@ -1875,13 +1889,20 @@ fn passthrough_access(
         });
         d.because.push("auth-type".to_string());
     }
-    if settings.allow_list.is_empty() && settings.deny_list.is_empty() && deny_all.is_none() {
+    if settings.allow_list.is_empty()
+        && settings.deny_list.is_empty()
+        && settings.allow_file.is_none()
+        && settings.deny_file.is_none()
+        && deny_all.is_none()
+    {
         return None;
     }
     Some(crate::model::PassthroughAccess {
         host: host.to_string(),
         allow_list: settings.allow_list.clone(),
         deny_list: settings.deny_list.clone(),
+        allow_file: settings.allow_file.clone(),
+        deny_file: settings.deny_file.clone(),
         deny_all,
     })
 }
