@@ -306,7 +306,7 @@ impl Pipeline {
                     continue;
                 };
                 let servers =
-                    translate::servers(store, service, port, list[i].settings.slots_block);
+                    translate::servers(store, service, port, &list[i].settings);
                 if servers != *list[i].servers {
                     Arc::make_mut(&mut list[i]).servers = Arc::new(servers);
                 }

@@ -1,7 +1,7 @@
 //! The plan: what it takes to move HAProxy from one configuration to the next.
 //!
-//! Whatever can change at run time does: server addresses and states within existing slots,
-//! map entries, and crt-list certificates. Anything else needs a reload, and every reload has a
+//! Whatever can change at run time does: dynamic servers added and deleted, server addresses
+//! and states within existing slots, map entries, and crt-list certificates. Anything else needs a reload, and every reload has a
 //! reason. To tell the two apart without knowing the templates, both models are rendered with
 //! the runtime-changeable parts blanked out: if those renderings differ, the change is
 //! structural.
@@ -96,6 +96,16 @@ pub struct Plan {
     /// new model: a rotated certificate keeps the file name HAProxy loaded it under (see
     /// [`with_running_names`]).
     pub running_tls: Option<Tls>,
+    /// Dynamic servers the commands put in maintenance, to delete once drained.
+    pub drains: Vec<Drain>,
+}
+
+/// A dynamic server that left the model: in maintenance, to be deleted (`del server`) once
+/// its connections are gone or its time is up.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Drain {
+    pub backend: String,
+    pub server: String,
 }
 
 /// Compares what HAProxy runs with what is wanted.
@@ -144,6 +154,7 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
     if !plan.reload_reasons.is_empty() {
         plan.commands.clear();
         plan.running_tls = None;
+        plan.drains.clear();
     }
     plan
 }
@@ -153,9 +164,11 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
 /// endpoint, route and certificate changes still reach the running HAProxy instead of waiting
 /// for the configuration to be fixed. Returns the commands and the model HAProxy runs after
 /// them: the old structure with the new runtime state where it fits.
-pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
+pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<Drain>) {
     let mut plan = Plan::default();
     let mut model = old.model.clone();
+    // Dynamic servers get the keywords of the configuration HAProxy runs.
+    let mut keywords = ServerKeywords::new(&old.structure);
     for ob in model
         .backends
         .iter_mut()
@@ -179,9 +192,21 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
                 continue;
             };
             let mut one = Plan::default();
-            server_commands(&nb.name, &ns, &mut one);
+            if nb.servers.is_dynamic() {
+                dynamic_server_commands(
+                    &nb.name,
+                    i,
+                    ob.servers.occupant(i),
+                    &nb.servers,
+                    &mut keywords,
+                    &mut one,
+                );
+            } else {
+                server_commands(&nb.name, &ns, &mut one);
+            }
             if one.reload_reasons.is_empty() {
                 plan.commands.extend(one.commands);
+                plan.drains.extend(one.drains);
                 Arc::make_mut(&mut ob.servers).set(i, ns.address.map(|a| (a, ns.port)));
             }
         }
@@ -268,7 +293,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         }
     }
     plan.commands.retain(|c| c.to_wire().is_ok());
-    (plan.commands, model)
+    (plan.commands, model, plan.drains)
 }
 
 /// A server as `show servers state` reports it: address, port, and whether it is in forced
@@ -495,11 +520,18 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
 }
 
 fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> String {
-    let names = |m: &Model| -> BTreeMap<String, usize> {
+    let names = |m: &Model| -> BTreeMap<String, String> {
         m.backends
             .iter()
             .chain(&m.tcp_backends)
-            .map(|b| (b.name.clone(), b.servers.len()))
+            .map(|b| {
+                let servers = if b.servers.is_dynamic() {
+                    "dynamic servers".to_string()
+                } else {
+                    b.servers.len().to_string()
+                };
+                (b.name.clone(), servers)
+            })
             .collect()
     };
     let (a, b) = (names(old), names(new));
@@ -523,7 +555,7 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
         if a.get(name) != Some(slots) {
             return format!(
                 "server slots of {name} changed from {} to {slots}",
-                a.get(name).copied().unwrap_or(0)
+                a.get(name).map_or("0", String::as_str)
             );
         }
     }
@@ -541,16 +573,132 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
 fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
     let old_backends = old.model.backends.iter().chain(&old.model.tcp_backends);
     let new_backends = new.model.backends.iter().chain(&new.model.tcp_backends);
+    let mut keywords = ServerKeywords::new(&new.structure);
     for (ob, nb) in old_backends.zip(new_backends) {
         if Arc::ptr_eq(ob, nb) {
             continue;
         }
-        for ns in ob.servers.differing(&nb.servers) {
-            if let Some(ns) = nb.servers.get(ns) {
+        for i in ob.servers.differing(&nb.servers) {
+            if nb.servers.is_dynamic() {
+                let old = ob.servers.occupant(i);
+                dynamic_server_commands(&nb.name, i, old, &nb.servers, &mut keywords, plan);
+            } else if let Some(ns) = nb.servers.get(i) {
                 server_commands(&nb.name, &ns, plan);
             }
         }
     }
+}
+
+/// Commands that move the dynamic server at slot `index` of `backend` from `old` (its address
+/// and port in the running configuration, if it has the server) to what `new` holds there: a
+/// new endpoint is added (`add server` with the backend's server keywords, health checks
+/// enabled when they include `check`, then made ready); a removed one is put in maintenance
+/// and left to drain ([`Plan::drains`]); one whose address changed (another endpoint took its
+/// id) is moved like a slot.
+fn dynamic_server_commands(
+    backend: &str,
+    index: usize,
+    old: Option<(&Address, u16)>,
+    new: &crate::model::ServerSlots,
+    keywords: &mut ServerKeywords<'_>,
+    plan: &mut Plan,
+) {
+    let server = new.name_at(index).to_string();
+    match (old, new.occupant(index)) {
+        (_, Some((address @ Address::Name(_), _))) => plan
+            .reload_reasons
+            .push(format!("server {backend}/{server} now points at {address}")),
+        (None, Some((Address::Ip(addr), port))) => {
+            let keywords = keywords.of(backend);
+            let check = keywords.iter().any(|k| k == "check");
+            plan.commands.push(Command::AddServer {
+                backend: backend.to_string(),
+                server: server.clone(),
+                addr: *addr,
+                port,
+                id: u32::try_from(index + 1).unwrap_or(u32::MAX),
+                keywords,
+            });
+            if check {
+                plan.commands.push(Command::EnableHealth {
+                    backend: backend.to_string(),
+                    server: server.clone(),
+                });
+            }
+            plan.commands.push(Command::SetServerState {
+                backend: backend.to_string(),
+                server,
+                state: ServerState::Ready,
+            });
+        }
+        (Some(_), Some(_)) => {
+            if let Some(slot) = new.get(index) {
+                server_commands(backend, &slot, plan);
+            }
+        }
+        (Some(_), None) => {
+            plan.commands.push(Command::SetServerState {
+                backend: backend.to_string(),
+                server: server.clone(),
+                state: ServerState::Maint,
+            });
+            plan.drains.push(Drain {
+                backend: backend.to_string(),
+                server,
+            });
+        }
+        (None, None) => {}
+    }
+}
+
+/// The keywords each backend's `default-server` line gives its static servers, read from a
+/// configuration's structure (haproxy.cfg as the templates in force wrote it), so that a
+/// server added at run time is configured as the same server written in the file would be,
+/// whatever a site template puts on that line. Read once, when the first server is added.
+struct ServerKeywords<'a> {
+    structure: &'a Content,
+    text: Option<String>,
+    found: BTreeMap<String, Vec<String>>,
+}
+
+impl<'a> ServerKeywords<'a> {
+    fn new(structure: &'a Content) -> Self {
+        Self {
+            structure,
+            text: None,
+            found: BTreeMap::new(),
+        }
+    }
+
+    /// The words after `default-server` in `backend`'s section (none without that line).
+    fn of(&mut self, backend: &str) -> Vec<String> {
+        if let Some(words) = self.found.get(backend) {
+            return words.clone();
+        }
+        let structure = self.structure;
+        let text = self
+            .text
+            .get_or_insert_with(|| structure.text().unwrap_or_default().into_owned());
+        let words = default_server_words(text, backend);
+        self.found.insert(backend.to_string(), words.clone());
+        words
+    }
+}
+
+/// The words of `backend`'s `default-server` line in `cfg`.
+fn default_server_words(cfg: &str, backend: &str) -> Vec<String> {
+    let header = format!("backend {backend}");
+    let mut lines = cfg.lines();
+    if !lines.any(|l| l.trim_end() == header) {
+        return Vec::new();
+    }
+    lines
+        .take_while(|l| l.is_empty() || l.starts_with(char::is_whitespace) || l.starts_with('#'))
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some("default-server")).then(|| words.map(str::to_string).collect())
+        })
+        .unwrap_or_default()
 }
 
 /// Commands that put a slot in the state the model describes. Idempotent.
