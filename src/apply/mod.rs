@@ -151,11 +151,8 @@ impl Applier {
     /// maintenance, taking no traffic, until the next reload leaves it out.
     pub async fn drain(&mut self) {
         let now = std::time::Instant::now();
-        let pending: Vec<(plan::Drain, (std::time::Instant, bool))> = self
-            .draining
-            .iter()
-            .map(|(d, s)| (d.clone(), *s))
-            .collect();
+        let pending: Vec<(plan::Drain, (std::time::Instant, bool))> =
+            self.draining.iter().map(|(d, s)| (d.clone(), *s)).collect();
         for (drain, (since, shut)) in pending {
             let del = plan::command::Command::DelServer {
                 backend: drain.backend.clone(),
@@ -206,7 +203,10 @@ impl Applier {
     /// `commands` with each `add server` of a server still draining replaced by moving that
     /// server (its name is taken until it is deleted): the same endpoint back, or, rarely,
     /// another one that now has its id. It is no longer drained.
-    fn reuse_draining(&mut self, commands: Vec<plan::command::Command>) -> Vec<plan::command::Command> {
+    fn reuse_draining(
+        &mut self,
+        commands: Vec<plan::command::Command>,
+    ) -> Vec<plan::command::Command> {
         use plan::command::Command;
         if self.draining.is_empty() {
             return commands;
@@ -220,15 +220,21 @@ impl Applier {
                     addr,
                     port,
                     ..
-                } if self.draining.remove(&plan::Drain {
-                    backend: backend.clone(),
-                    server: server.clone(),
-                }).is_some() => Command::SetServerAddr {
-                    backend,
-                    server,
-                    addr,
-                    port,
-                },
+                } if self
+                    .draining
+                    .remove(&plan::Drain {
+                        backend: backend.clone(),
+                        server: server.clone(),
+                    })
+                    .is_some() =>
+                {
+                    Command::SetServerAddr {
+                        backend,
+                        server,
+                        addr,
+                        port,
+                    }
+                }
                 c => c,
             })
             .collect()

@@ -1115,10 +1115,60 @@ mod tests {
         plan(a, b)
     }
 
+    /// The id every replica gives `ip`:8080 (the backend's only endpoint there).
+    fn id_of(ip: &str) -> u32 {
+        let endpoint = (Address::Ip(ip.parse().unwrap()), 8080);
+        crate::translate::slots::assign_ids(&[endpoint])[0]
+    }
+
     #[test]
-    fn endpoint_changes_are_runtime_commands() {
-        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &json!({}), false);
-        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &json!({}), false);
+    fn endpoint_changes_add_and_drain_dynamic_servers() {
+        let check = json!({"haproxy.org/check": "true", "haproxy.org/pod-maxconn": "50"});
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &check, false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &check, false);
+        let p = plan_between(&a, &b);
+        assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        let lines: Vec<String> = p.commands.iter().map(ToString::to_string).collect();
+        let (gone, new) = (id_of("10.0.0.2"), id_of("10.0.0.3"));
+        // The new endpoint is added with the backend's server keywords (dynamic servers
+        // inherit no default-server), its checks enabled, then made ready; the removed one
+        // goes into maintenance and is left to drain.
+        let mut wanted = vec![
+            format!("add server ns_web_80/SRV_{new} 10.0.0.3:8080 id {new} check maxconn 50"),
+            format!("enable health ns_web_80/SRV_{new}"),
+            format!("set server ns_web_80/SRV_{new} state ready"),
+            format!("set server ns_web_80/SRV_{gone} state maint"),
+        ];
+        if gone < new {
+            wanted.rotate_left(3);
+        }
+        assert_eq!(lines, wanted);
+        assert_eq!(
+            p.drains,
+            vec![Drain {
+                backend: "ns_web_80".into(),
+                server: format!("SRV_{gone}"),
+            }]
+        );
+        assert_eq!(plan_between(&a, &a), Plan::default());
+        // From none to some and back: never a reload.
+        let none = cluster(&["/"], &[], &check, false);
+        let many: Vec<String> = (1..=60).map(|i| format!("10.0.1.{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let many = cluster(&["/"], &many, &check, false);
+        for (x, y) in [(&none, &many), (&many, &none), (&none, &a)] {
+            let p = plan_between(x, y);
+            assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        }
+        assert_eq!(plan_between(&none, &many).commands.len(), 180);
+        assert_eq!(plan_between(&many, &none).drains.len(), 60);
+    }
+
+    #[test]
+    fn endpoint_changes_in_slots_are_runtime_commands() {
+        let slots = json!({"haproxy.org/scale-server-slots": "4"});
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &slots, false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &slots, false);
         let p = plan_between(&a, &b);
         assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
         let names: Vec<&str> = p.commands.iter().map(Command::name).collect();
@@ -1126,12 +1176,23 @@ mod tests {
             names.contains(&"set server addr") && names.contains(&"set server state"),
             "{names:?}"
         );
+        assert!(!names.contains(&"add server"), "{names:?}");
         assert!(
             p.commands
                 .iter()
                 .any(|c| c.to_string().contains("10.0.0.3"))
         );
+        assert!(p.drains.is_empty());
         assert_eq!(plan_between(&a, &a), Plan::default());
+    }
+
+    #[test]
+    fn default_server_words_are_read_from_the_backend_section() {
+        let cfg = "backend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n";
+        assert_eq!(default_server_words(cfg, "a"), ["check", "inter", "500"]);
+        assert!(default_server_words(cfg, "b").is_empty());
+        assert_eq!(default_server_words(cfg, "c"), ["ssl", "verify", "none"]);
+        assert!(default_server_words(cfg, "d").is_empty());
     }
 
     #[test]
@@ -1206,10 +1267,12 @@ mod tests {
         let a = cluster(&["/"], &["10.0.0.1"], &json!({}), false);
         // A new backend (needs a reload) plus an endpoint change on the existing one.
         let b = cluster(&["/", "/api", "/docs"], &["10.0.0.9"], &json!({}), true);
-        let (commands, model) = runtime_only(&a, &b);
+        let (commands, model, _) = runtime_only(&a, &b);
         let lines: Vec<String> = commands.iter().map(ToString::to_string).collect();
         assert!(
-            lines.iter().any(|l| l.contains("addr 10.0.0.9")),
+            lines
+                .iter()
+                .any(|l| l.starts_with("add server ns_web_80/") && l.contains(" 10.0.0.9:8080 ")),
             "{lines:?}"
         );
         assert!(

@@ -412,10 +412,17 @@ mod tests {
             id: 1,
             keywords: Vec::new(),
         };
-        assert_eq!(v6.to_wire().unwrap(), "add server b/s [2001:db8::1]:80 id 1\n");
+        assert_eq!(
+            v6.to_wire().unwrap(),
+            "add server b/s [2001:db8::1]:80 id 1\n"
+        );
         let hostile = Command::AddServer {
+            backend: "b".into(),
+            server: "s".into(),
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+            id: 1,
             keywords: vec!["check;shutdown".into()],
-            ..v6
         };
         assert!(hostile.to_wire().is_err());
         let del = Command::DelServer {
@@ -424,9 +431,9 @@ mod tests {
         };
         assert_eq!(del.to_wire().unwrap(), "del server b/s\n");
         assert!(!del.answer_is_error("Server deleted."));
-        assert!(del.answer_is_error(
-            "Server still has connections attached to it, cannot remove it."
-        ));
+        assert!(
+            del.answer_is_error("Server still has connections attached to it, cannot remove it.")
+        );
     }
 
     #[test]

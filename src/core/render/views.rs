@@ -646,7 +646,7 @@ mod tests {
             lazy,
             "5:SRV_1=None:1[SRV_1-1];SRV_2=10.0.0.1:8080[SRV_2-2];SRV_3=None:1[SRV_3-5];\
              SRV_6=2001:db8::1:80[SRV_6-6];SRV_7=None:1[SRV_7-7];|\
-             ['name', 'address', 'port', 'prefix', 'first', 'last']"
+             ['name', 'address', 'port', 'prefix', 'first', 'last', 'id', 'dynamic']"
         );
         // No slots, no runs; all unused, one.
         for (len, want) in [(0, "0:|"), (3, "1:SRV_1=None:1[SRV_1-3];|")] {

@@ -29,7 +29,8 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
-    Backend, BackendSettings, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
+    Backend, BackendSettings, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy,
+    RouteSettings, ServerSlots,
 };
 use crate::objects::{Key, Kind, ObjectRef, Service};
 use crate::policy::{Budget, HookContext, PolicyEngine, ValueSource};
