@@ -1015,6 +1015,9 @@ fn stick_tables_are_shared() {
     a.wait_applied(BACKEND);
     let b_start = b.reloads();
     write_cluster(&b, &echoes, &pod_list);
+    wait_until(APPLY_TIMEOUT, "B takes in the endpoints", || {
+        config_servers(&b.config(), BACKEND).len() == 8
+    });
     let b_servers = b.wait_applied(BACKEND);
     assert_eq!(b_servers.len(), 8, "B runs every endpoint: {b_servers:?}");
     assert_eq!(b.reloads(), b_start, "B's endpoints came without a reload");
