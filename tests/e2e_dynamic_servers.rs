@@ -324,3 +324,79 @@ fn removed_endpoints_drain_within_the_bound() {
     assert!(h.log().contains("after the drain timeout"), "{}", h.log());
     assert_eq!(h.reloads(), start);
 }
+
+/// A Secret with `ca.crt` in [`NS`].
+fn ca_secret(name: &str, pem: &str) -> String {
+    let body: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {NS}\nstringData:\n  ca.crt: |\n{body}"
+    )
+}
+
+/// Verified TLS to the pods (`server-ca`) and health checks on a server added at run time:
+/// `add server` gets the backend's `default-server` words (`check`, `ssl verify required
+/// ca-file …`), since dynamic servers inherit none. The pod is served, and a pod whose
+/// certificate another CA signed is not, both without a reload.
+#[test]
+fn tls_to_pods_added_at_run_time_is_verified() {
+    let mut h = Harness::new();
+    let work = h.work();
+    let pods_ca = support::make_ca(&work, "pods", "/CN=pods CA");
+    let pod = support::make_signed(&work, &pods_ca, "api.internal", "api-pod");
+    let other_ca = support::make_ca(&work, "other", "/CN=other CA");
+    let stranger = support::make_signed(&work, &other_ca, "api.internal", "stranger");
+    let (pod_port, stranger_port) = (support::free_port(), support::free_port());
+    let _pod = support::TlsPod::start(pod_port, &pod.0, &pod.1);
+    let _stranger = support::TlsPod::start(stranger_port, &stranger.0, &stranger.1);
+    h.write(
+        "api.yaml",
+        &service(
+            NS,
+            "api",
+            &[
+                ("haproxy.org/server-ca", "pods-ca"),
+                ("haproxy.org/check-interval", "1s"),
+            ],
+        ),
+    );
+    h.write("pods-ca.yaml", &ca_secret("pods-ca", &pods_ca.2));
+    h.write("api-ingress.yaml", &support::api_ingress(NS));
+    h.start(&[]);
+    let start = h.reloads();
+    assert_eq!(h.get("api.example.com", "/").status, 503, "no endpoint yet");
+
+    h.write(
+        "api-endpoints.yaml",
+        &endpoint_slices(NS, "api", &[("0", pod_port, true)]),
+    );
+    wait_until(APPLY_TIMEOUT, "the pod added at run time answers", || {
+        h.try_get("api.example.com", "/")
+            .is_some_and(|a| a.status == 200 && a.body.contains("s_server"))
+    });
+    let server = servers(&h, "shop_api_80");
+    assert_eq!(server.len(), 1, "{server:?}");
+    // Its health checks run (HAProxy adds servers with checks off): a check passes.
+    let check_status = || {
+        let stat = h.runtime("show stat shop_api_80 4 -1\n");
+        stat.lines()
+            .map(|l| l.split(',').collect::<Vec<_>>())
+            .find(|f| f.get(1) == Some(&server[0].1.as_str()))
+            .map(|f| (f[17].to_string(), f[36].to_string()))
+    };
+    wait_until(
+        APPLY_TIMEOUT,
+        "a health check passes on the added server",
+        || check_status().is_some_and(|(status, check)| status == "UP" && check.ends_with("OK")),
+    );
+
+    // A pod whose certificate does not verify: refused, not served unverified.
+    h.write(
+        "api-endpoints.yaml",
+        &endpoint_slices(NS, "api", &[("0", stranger_port, true)]),
+    );
+    wait_until(APPLY_TIMEOUT, "the stranger is refused", || {
+        h.try_get("api.example.com", "/")
+            .is_some_and(|a| a.status == 503)
+    });
+    assert_eq!(h.reloads(), start, "endpoint changes only");
+}

@@ -15,56 +15,6 @@ use support::*;
 
 const NS: &str = "shop";
 
-/// A certificate for `name` signed by the CA: `(certificate path, key path, cert PEM, key PEM)`.
-fn make_signed(
-    dir: &Path,
-    ca: &(PathBuf, PathBuf, String),
-    name: &str,
-    tag: &str,
-) -> (PathBuf, PathBuf, String, String) {
-    let crt = dir.join(format!("{tag}.crt"));
-    let key = dir.join(format!("{tag}.key"));
-    let csr = dir.join(format!("{tag}.csr"));
-    let ext = dir.join(format!("{tag}.ext"));
-    std::fs::write(&ext, format!("subjectAltName=DNS:{name}\n")).unwrap();
-    let mut req = Command::new("openssl");
-    req.args(["req", "-new", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-subj"])
-        .arg(format!("/CN={name}/O={tag}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&csr);
-    let out = output_within(req, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut sign = Command::new("openssl");
-    sign.args(["x509", "-req", "-days", "2", "-in"])
-        .arg(&csr)
-        .arg("-CA")
-        .arg(&ca.0)
-        .arg("-CAkey")
-        .arg(&ca.1)
-        .arg("-CAcreateserial")
-        .arg("-extfile")
-        .arg(&ext)
-        .arg("-out")
-        .arg(&crt);
-    let out = output_within(sign, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cert_pem = std::fs::read_to_string(&crt).unwrap();
-    let key_pem = std::fs::read_to_string(&key).unwrap();
-    (crt, key, cert_pem, key_pem)
-}
-
 /// A Secret with `ca.crt`.
 fn ca_secret(name: &str, pem: &str) -> String {
     let body: String = pem.lines().map(|l| format!("    {l}\n")).collect();
