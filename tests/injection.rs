@@ -224,7 +224,7 @@ fn hostile_cluster() -> (Vec<Object>, Expected, Vec<String>) {
 /// and quotes). Such a value is not refused; [`only_quoted`] checks where it lands.
 fn accepted_as_quoted_text(annotation: &str, payload: &str) -> bool {
     match annotation {
-        "path-rewrite" => portcullis::policy::context::parse_rewrites(payload).is_ok(),
+        "path-rewrite" => portcullis::values::parse_rewrites(payload).is_ok(),
         "request-set-header" => {
             values::parse_header_lines(payload, Some(values::Direction::Request)).is_ok()
         }

@@ -1,6 +1,7 @@
 //! The cluster source and the cluster side effects: connecting to the Kubernetes API server
 //! (with start-up retries), reflecting the watched kinds into the store, leader election,
 //! Ingress status and Events.
+pub mod api_errors;
 pub mod connect;
 pub mod events;
 pub mod lease;

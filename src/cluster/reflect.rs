@@ -20,7 +20,7 @@ use crate::objects::SERVICE_NAME_LABEL;
 use crate::objects::{Key, Kind, Object, ObjectRef};
 use crate::store::Store;
 
-use super::connect::{error_chain, is_permanent_status};
+use super::api_errors::{error_chain, is_permanent_status};
 
 /// Which namespaces' Ingresses, Services, EndpointSlices, Secrets and TCP objects are read.
 /// The controller's own ConfigMap and Pods, and objects named by flags, are read wherever

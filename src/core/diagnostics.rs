@@ -91,6 +91,11 @@ impl fmt::Display for Diagnostic {
     }
 }
 
+/// How the message of a value's type check ends: the value is reported before any hook reads
+/// it, and a hook's own report of the same field (which says what happens instead) replaces it
+/// ([`Diagnostics::into_sorted`]).
+pub const UNREAD_VALUE: &str = "; ignored wherever it is read";
+
 /// An append-only list of diagnostics, sorted and de-duplicated on output so that the same
 /// inputs always report the same lines.
 #[derive(Debug, Default, Clone)]
@@ -137,10 +142,9 @@ impl Diagnostics {
 
     /// The diagnostics in a deterministic order, without duplicates. An error that a field's
     /// value is not of its declared type (ending in
-    /// [`crate::policy::reads::UNREAD_VALUE`]) is left out when another error on the same
+    /// [`UNREAD_VALUE`]) is left out when another error on the same
     /// object and field (a hook's, which says what happens instead) reports it.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
-        use crate::policy::reads::UNREAD_VALUE;
         self.items.sort();
         self.items.dedup();
         let provisional =

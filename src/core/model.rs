@@ -640,8 +640,8 @@ pub enum Address {
 
 impl Address {
     /// Calls `f` with the address' text, built on the stack for an IPv4 address: endpoint
-    /// addresses are written once per server per run, and hashed for slot assignment, where
-    /// `Ipv4Addr`'s `Display` took about 1 300 instructions an endpoint.
+    /// addresses are written once per server per run, and hashed for slot assignment, and
+    /// `Ipv4Addr`'s `Display` goes through the formatting machinery for each.
     pub fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
         match self {
             Address::Ip(IpAddr::V4(v4)) => {

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use crate::diagnostics::quoted;
 
 mod header;
+mod health_check;
 mod pcre;
 mod routing;
 pub use header::{
@@ -17,10 +18,11 @@ pub use header::{
     converter_names as header_converter_names, fetch_names as header_fetch_names,
     parse_header_format,
 };
+pub use health_check::{CHECK_METHODS, CHECK_VERSIONS, parse_http_check};
 pub use pcre::RegexPlace;
 pub use routing::{
-    parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_route_acl,
-    redirect_target_text, route_acl_text,
+    parse_capture_sample, parse_capture_samples, parse_redirect_target, parse_rewrite,
+    parse_rewrites, parse_route_acl, redirect_target_text, route_acl_text,
 };
 
 /// A parse failure, phrased to follow "annotation X: ".

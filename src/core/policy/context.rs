@@ -18,32 +18,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
-use crate::diagnostics::{Diagnostic, Severity, Subject, quoted};
+use crate::diagnostics::{Diagnostic, Severity, Subject};
 use crate::objects::ObjectRef;
 use crate::snippets::{self, Origin, SnippetPolicy};
-use crate::values::{self, ParseResult};
+use crate::values::{self, ParseResult, parse_http_check, parse_rewrite, parse_rewrites};
 
+use super::names::{ANNOTATION_PREFIXES, annotation_name};
 use super::reads::{CallArgs, Declared};
-
-/// Annotation prefixes accepted on objects, most specific first. The incumbent controller's
-/// prefixes are accepted so its manifests work unchanged; it strips `haproxy.org/`,
-/// `ingress.kubernetes.io/` and `haproxy.com/` alike (in that order) and also reads the bare
-/// name, so an annotation without a prefix (and without a `/`) is read too, after them.
-pub const ANNOTATION_PREFIXES: &[&str] = &[
-    "portcullis.io/",
-    "haproxy.org/",
-    "ingress.kubernetes.io/",
-    "haproxy.com/",
-];
-
-/// The accepted prefix of an annotation key (its index in [`ANNOTATION_PREFIXES`]) and the
-/// name after it; `None` for a key without one.
-pub fn annotation_name(key: &str) -> Option<(usize, &str)> {
-    ANNOTATION_PREFIXES
-        .iter()
-        .position(|p| key.starts_with(p))
-        .map(|i| (i, &key[ANNOTATION_PREFIXES[i].len()..]))
-}
 
 /// Where settings are read from, in precedence order.
 #[derive(Debug, Clone)]
@@ -1070,134 +1051,6 @@ fn names(name: Dynamic) -> Vec<String> {
 
 fn strings_to_array(v: Vec<String>) -> Dynamic {
     Dynamic::from_array(v.into_iter().map(Dynamic::from).collect())
-}
-
-/// The incumbent's `path-rewrite` syntax: one word replaces the whole path, two words are a
-/// regex and its replacement.
-pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
-    if v.trim() != v || v.chars().any(char::is_control) {
-        return Err(format!(
-            "{v} has leading or trailing whitespace or control characters",
-            v = quoted(v)
-        ));
-    }
-    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
-    match words.as_slice() {
-        [repl] => Ok(("(.*)".to_string(), values::parse_replacement(repl)?)),
-        [re, repl] => Ok((values::parse_regex(re)?, values::parse_replacement(repl)?)),
-        _ => Err(format!(
-            "{v} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)",
-            v = quoted(v)
-        )),
-    }
-}
-
-/// `path-rewrite` as the incumbent reads it: one rule per line (see [`parse_rewrite`]), applied
-/// in order; blank lines are skipped.
-pub fn parse_rewrites(v: &str) -> ParseResult<Vec<(String, String)>> {
-    let mut rules = Vec::new();
-    for (i, line) in v.split('\n').enumerate() {
-        let line = line.strip_suffix('\r').unwrap_or(line).trim();
-        if line.is_empty() {
-            continue;
-        }
-        rules.push(parse_rewrite(line).map_err(|e| format!("line {}: {e}", i + 1))?);
-    }
-    if rules.is_empty() {
-        return Err("no rewrite rule".to_string());
-    }
-    if rules.len() > values::MAX_REWRITES {
-        return Err(format!(
-            "{} rewrite rules, more than {}",
-            rules.len(),
-            values::MAX_REWRITES
-        ));
-    }
-    Ok(rules)
-}
-
-/// HTTP methods a health check may use.
-pub const CHECK_METHODS: &[&str] = &["GET", "HEAD", "OPTIONS", "POST"];
-
-/// HTTP versions a health check may name.
-pub const CHECK_VERSIONS: &[&str] = &["HTTP/1.0", "HTTP/1.1"];
-
-/// `check-http` as the incumbent reads it: `URI`, `METHOD URI` or `METHOD URI VERSION`, where
-/// VERSION may carry headers in HAProxy's old `option httpchk` form,
-/// `HTTP/1.1\r\nHost:\ example.com` (the `\r\n` and `\ ` written as such).
-pub fn parse_http_check(v: &str) -> ParseResult<crate::model::HttpCheck> {
-    if v.chars().any(char::is_control) {
-        return Err(format!("{v} contains control characters", v = quoted(v)));
-    }
-    // The old form escapes the spaces of its headers: they are not word separators.
-    let words: Vec<String> = {
-        let mut words = Vec::new();
-        let mut word = String::new();
-        let mut chars = v.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if chars.peek() == Some(&' ') => {
-                    chars.next();
-                    word.push_str("\\ ");
-                }
-                ' ' | '\t' => {
-                    if !word.is_empty() {
-                        words.push(std::mem::take(&mut word));
-                    }
-                }
-                c => word.push(c),
-            }
-        }
-        if !word.is_empty() {
-            words.push(word);
-        }
-        words
-    };
-    let (method, uri, version) = match words.as_slice() {
-        [uri] => ("GET".to_string(), uri, None),
-        [method, uri] => (values::parse_enum(method, CHECK_METHODS)?, uri, None),
-        [method, uri, version] => (
-            values::parse_enum(method, CHECK_METHODS)?,
-            uri,
-            Some(version.as_str()),
-        ),
-        _ => {
-            return Err(format!(
-                "{v} is not 'URI', 'METHOD URI' or 'METHOD URI VERSION'",
-                v = quoted(v)
-            ));
-        }
-    };
-    let uri = values::parse_path(uri)?;
-    let mut headers = Vec::new();
-    let version = match version {
-        None => None,
-        Some(text) => {
-            let mut parts = text.split("\\r\\n");
-            let version = parts.next().unwrap_or_default();
-            let version = values::parse_enum(version, CHECK_VERSIONS)?;
-            for header in parts.filter(|h| !h.is_empty()) {
-                let (name, value) = header
-                    .split_once(':')
-                    .ok_or_else(|| format!("{} is not a 'Name:\\ value' header", quoted(header)))?;
-                let value = value.replace("\\ ", " ");
-                headers.push((
-                    values::parse_header_name(name)?,
-                    values::parse_header_value(value.trim())?,
-                ));
-            }
-            Some(version)
-        }
-    };
-    if headers.len() > 8 {
-        return Err("a health check may send at most 8 headers".to_string());
-    }
-    Ok(crate::model::HttpCheck {
-        method,
-        uri,
-        version,
-        headers,
-    })
 }
 
 /// What a checked accessor gives a script.

@@ -10,6 +10,7 @@ mod bundled;
 pub mod context;
 pub mod global_keys;
 pub mod memo;
+pub mod names;
 pub mod reads;
 pub mod settings;
 

@@ -17,10 +17,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use crate::diagnostics::{Diagnostics, Severity};
+use crate::diagnostics::{Diagnostics, Severity, UNREAD_VALUE};
 use crate::objects::{Kind, ObjectRef};
 
-use super::context::annotation_name;
+use super::names::annotation_name;
 
 /// The value types a declaration may name: the accessors of `ctx`.
 pub const TYPES: &[&str] = &[
@@ -272,9 +272,9 @@ impl ValueType {
                 "host" => ok(values::parse_host_header(raw)),
                 "cookie_name" => ok(values::parse_cookie_name(raw)),
                 "path" => ok(values::parse_path(raw)),
-                "rewrite" => ok(super::context::parse_rewrite(raw)),
-                "rewrites" => ok(super::context::parse_rewrites(raw)),
-                "http_check" => ok(super::context::parse_http_check(raw)),
+                "rewrite" => ok(values::parse_rewrite(raw)),
+                "rewrites" => ok(values::parse_rewrites(raw)),
+                "http_check" => ok(values::parse_http_check(raw)),
                 "secret_ref" => ok(values::parse_secret_ref(raw)),
                 "alpn" => ok(values::parse_alpn(raw)),
                 "cors_origin" => ok(values::parse_cors_origin(raw)),
@@ -455,10 +455,6 @@ struct Known {
     /// Each declaration's type (as written, and parsed) with the kinds it is declared for.
     types: Vec<(String, ValueType, Vec<Kind>)>,
 }
-
-/// How a type check's message ends: the value is reported before any hook reads it, and a
-/// hook's own report of the same field (which says what happens instead) replaces it.
-pub const UNREAD_VALUE: &str = "; ignored wherever it is read";
 
 impl Vocabulary {
     /// The vocabulary of these declarations.

@@ -10,8 +10,8 @@ use crate::model::{
     BackendSettings, CookiePersistence, GlobalSettings, HttpCheck, RateLimit, RouteSettings,
     SourcePersistence, Timeout,
 };
-use crate::policy::context::{CHECK_METHODS, CHECK_VERSIONS};
 use crate::values;
+use crate::values::{CHECK_METHODS, CHECK_VERSIONS};
 
 /// Redirect codes `ssl-redirect-code` may use.
 pub const REDIRECT_CODES: &[i64] = &[301, 302, 303, 307, 308];

@@ -20,8 +20,8 @@ use super::RunInputs;
 use super::backends::ResolvedPort;
 use super::class::{ClassFilter, HostOwners};
 use super::parts::{
-    BackendPart, Carried, IngressOrder, IngressPart, Parts, Registration, RegistrationOrder,
-    TlsKept,
+    BackendPart, Carried, IngressOrder, IngressPart, Parts, PartsTls, RedirectMap, Registration,
+    RegistrationOrder, TlsKept, TlsMain,
 };
 use super::routes::{RouteCandidate, SortedClaims};
 use crate::objects::Key;
@@ -179,7 +179,7 @@ impl<'p> Incremental<'p> {
     /// The last run's HTTPS side, when every Ingress part of this run (`parts` of them)
     /// contributes to it what the one at its rank did, and the last run's parts beyond
     /// contributed nothing (Ingresses went away at the end).
-    pub(super) fn tls(&self, parts: usize) -> Option<&'p TlsKept> {
+    fn prior_https(&self, parts: usize) -> Option<&'p TlsKept> {
         let prior = self.prior.filter(|_| self.tls_same)?;
         let dropped_nothing = prior
             .parts
@@ -190,9 +190,41 @@ impl<'p> Incremental<'p> {
         prior.parts.tls.as_ref().filter(|_| dropped_nothing)
     }
 
-    /// Kept for the next run to take.
-    pub(super) fn keep_tls(&mut self, tls: TlsKept) {
-        self.kept.tls = Some(tls);
+    /// What the Ingress parts contribute to the HTTPS side ([`PartsTls::gather`]): the last
+    /// run's when they contribute the same.
+    pub(super) fn parts_tls(&self, parts: &[Arc<IngressPart>]) -> Arc<PartsTls> {
+        match self.prior_https(parts.len()) {
+            Some(kept) => kept.parts.clone(),
+            None => Arc::new(PartsTls::gather(parts)),
+        }
+    }
+
+    /// The HTTPS side made from `parts_tls` (gathered from `parts`) and `main`: the
+    /// ssl-redirect map when `redirects_on` ([`RedirectMap::build`]) and the TLS settings
+    /// ([`TlsMain::tls`]), each the last run's when made from the same. Kept for the next run.
+    pub(super) fn https(
+        &mut self,
+        parts: &[Arc<IngressPart>],
+        parts_tls: Arc<PartsTls>,
+        main: TlsMain,
+        redirects_on: bool,
+    ) -> &TlsKept {
+        let prior = self.prior_https(parts.len());
+        let redirects = redirects_on.then(|| match prior.and_then(|k| k.redirects.clone()) {
+            Some(kept) => kept,
+            None => Arc::new(RedirectMap::build(&parts_tls.redirects)),
+        });
+        // Thousands of certificate files are not gathered and compared again.
+        let tls = match prior.filter(|kept| kept.main == main) {
+            Some(kept) => kept.tls.clone(),
+            None => Arc::new(main.tls(&parts_tls, parts)),
+        };
+        self.kept.tls.insert(TlsKept {
+            parts: parts_tls,
+            main,
+            tls,
+            redirects,
+        })
     }
 
     /// The sorted map claims of the routes `groups` (one per Ingress part, in age order): the

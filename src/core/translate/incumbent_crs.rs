@@ -12,7 +12,7 @@ use super::Translator;
 use crate::diagnostics::Severity;
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::policy::ValueSource;
-use crate::policy::context::ANNOTATION_PREFIXES;
+use crate::policy::names::ANNOTATION_PREFIXES;
 
 /// The annotation (or ConfigMap key) naming a Backend resource.
 pub const CR_BACKEND: &str = "cr-backend";

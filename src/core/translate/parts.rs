@@ -201,6 +201,20 @@ pub(super) struct RedirectMap {
     pub(super) diagnostics: Vec<Diagnostic>,
 }
 
+impl RedirectMap {
+    /// The map of the Ingress parts' ssl-redirect claims ([`PartsTls::redirects`]).
+    pub(super) fn build(claims: &[RedirectClaim]) -> Self {
+        let mut diags = crate::diagnostics::Diagnostics::new();
+        let (entries, codes, ported) = super::routes::redirect_map(claims, &mut diags);
+        RedirectMap {
+            entries,
+            codes,
+            ported,
+            diagnostics: diags.into_sorted(),
+        }
+    }
+}
+
 /// A backend an Ingress registered, with the route policies its paths put on it. Kept in a
 /// flat list: route settings are large (half a kilobyte), and a tree's node holds room for
 /// eleven.

@@ -1,5 +1,5 @@
-//! Parsers for the routing annotations: `request-redirect`, `request-capture` and
-//! `route-acl`.
+//! Parsers for the routing annotations: `request-redirect`, `request-capture`, `route-acl`
+//! and `path-rewrite`.
 //!
 //! Each accepts a narrow subset of what HAProxy itself would take and returns it in a
 //! canonical form; parsing the canonical form again gives the same value. Nothing here lets a
@@ -379,6 +379,50 @@ fn parse_acl_regex(v: &str, ignore_case: bool) -> ParseResult<String> {
         ));
     }
     parse_regex_at(v, RegexPlace::Acl { ignore_case })
+}
+
+/// The incumbent's `path-rewrite` syntax: one word replaces the whole path, two words are a
+/// regex and its replacement.
+pub fn parse_rewrite(v: &str) -> ParseResult<(String, String)> {
+    if v.trim() != v || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{v} has leading or trailing whitespace or control characters",
+            v = quoted(v)
+        ));
+    }
+    let words: Vec<&str> = v.split(' ').filter(|w| !w.is_empty()).collect();
+    match words.as_slice() {
+        [repl] => Ok(("(.*)".to_string(), super::parse_replacement(repl)?)),
+        [re, repl] => Ok((super::parse_regex(re)?, super::parse_replacement(repl)?)),
+        _ => Err(format!(
+            "{v} is not 'REPLACEMENT' or 'REGEX REPLACEMENT' (one or two words)",
+            v = quoted(v)
+        )),
+    }
+}
+
+/// `path-rewrite` as the incumbent reads it: one rule per line (see [`parse_rewrite`]), applied
+/// in order; blank lines are skipped.
+pub fn parse_rewrites(v: &str) -> ParseResult<Vec<(String, String)>> {
+    let mut rules = Vec::new();
+    for (i, line) in v.split('\n').enumerate() {
+        let line = line.strip_suffix('\r').unwrap_or(line).trim();
+        if line.is_empty() {
+            continue;
+        }
+        rules.push(parse_rewrite(line).map_err(|e| format!("line {}: {e}", i + 1))?);
+    }
+    if rules.is_empty() {
+        return Err("no rewrite rule".to_string());
+    }
+    if rules.len() > super::MAX_REWRITES {
+        return Err(format!(
+            "{} rewrite rules, more than {}",
+            rules.len(),
+            super::MAX_REWRITES
+        ));
+    }
+    Ok(rules)
 }
 
 #[cfg(test)]
