@@ -21,8 +21,9 @@
 //! 3. event-to-applied latency (`HSCALE_ROUNDS`, default 20 per scenario, each scenario
 //!    bounded by `HSCALE_LATENCY_BUDGET_SECS`, default 180): one bench pod replaced; one
 //!    endpoint beyond a former block of slots (bench.local's Service grown to 42 endpoints,
-//!    then one more each round: with slots the first outgrows the block); and one new path on
-//!    bench.local, from the atomic write of `20-bench.yaml` until a request sees it;
+//!    then one more each round: with slots the first outgrows the block; until `show servers
+//!    state` has it in service); and one new path on bench.local, from the atomic write of
+//!    `20-bench.yaml` until a request sees it;
 //! 4. `haproxy -c` on the generated configuration and a real reload through the master CLI
 //!    (`HSCALE_RELOADS`, default 3, medians): until the new worker is listed by `show proc`,
 //!    and until the old one is gone; then as many structural changes through the controller
@@ -221,6 +222,36 @@ fn sleep_until(t: Instant) {
     }
 }
 
+/// Whether `backend` has a server on `port` that is not in maintenance (`show servers state`).
+fn server_in_service(runtime: &Path, backend: &str, port: u16) -> bool {
+    cli(runtime, &format!("show servers state {backend}")).is_ok_and(|text| {
+        text.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 18
+                && f[18].parse() == Ok(port)
+                && f[6].parse::<u32>().is_ok_and(|admin| admin & 0x01 == 0)
+        })
+    })
+}
+
+/// The `nofile` limit of process `pid`: (soft, hard), from `/proc/<pid>/limits`
+/// (`u64::MAX` for unlimited or unreadable).
+fn open_files_limit(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_default();
+    let mut values = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(u64::MAX));
+    (
+        values.next().unwrap_or(u64::MAX),
+        values.next().unwrap_or(u64::MAX),
+    )
+}
+
 /// Waits for `child` up to `timeout`, then kills it.
 fn reap(child: &mut Child, timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -240,6 +271,8 @@ struct Controller {
     http: u16,
     admin: u16,
     master: PathBuf,
+    /// The runtime API (`admin.sock`).
+    runtime: PathBuf,
     config_dir: PathBuf,
 }
 
@@ -300,6 +333,7 @@ impl Controller {
             http,
             admin,
             master: run_dir.join("master.sock"),
+            runtime: run_dir.join("admin.sock"),
             config_dir,
         }
     }
@@ -1024,14 +1058,21 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
                 break;
             }
             wide.push(echo(rt, format!("beyond-{round}")));
-            let want = format!("beyond-{round} ");
+            let port = wide.last().unwrap().addr.port();
             let t0 = Instant::now();
             write_atomic(
                 &bench_file,
                 &bench_manifests(&all(&pods, &wide), api.addr, paths),
             );
-            wait_for(ctl.http, "/", change_limit, |b| b.starts_with(&want))
-                .expect("endpoint beyond the block applied");
+            // Applied when HAProxy has the server in service (a request would have to wait
+            // for round robin to come round to it among 43 or more).
+            while !server_in_service(&ctl.runtime, "bench_web_80", port) {
+                assert!(
+                    t0.elapsed() < change_limit,
+                    "endpoint beyond the block not applied"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
             beyond.push(t0.elapsed().as_secs_f64());
         }
         write_atomic(
@@ -1273,6 +1314,12 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         "haproxy_rss_mib",
         "HAProxy worker RSS at the end (MiB)",
         status_mib(worker, "VmRSS:"),
+    );
+    let (soft, hard) = open_files_limit(worker);
+    f.put(
+        "haproxy_nofile",
+        "HAProxy worker `nofile`: as HAProxy raised it / hard limit",
+        format!("{soft} / {hard}"),
     );
     drop(ctl);
     drop(work);
@@ -2274,18 +2321,20 @@ fn main() {
 
     // HAProxy must start under this `nofile` limit (`HSCALE_NOFILE`, default 65536; 0 leaves
     // the limit as it is): set on this process, so every HAProxy the bench starts inherits it.
+    // Where the hard limit is lower already, the lower one is kept: a stricter test.
     let nofile: u64 = env_num("HSCALE_NOFILE", 65536);
     if nofile > 0 {
+        let limit = nofile.min(open_files_limit(std::process::id()).1);
         let set = Command::new("prlimit")
             .arg("--pid")
             .arg(std::process::id().to_string())
-            .arg(format!("--nofile={nofile}:{nofile}"))
+            .arg(format!("--nofile={limit}:{limit}"))
             .status();
         assert!(
             set.is_ok_and(|s| s.success()),
-            "prlimit --nofile={nofile} failed (util-linux; or set HSCALE_NOFILE=0)"
+            "prlimit --nofile={limit} failed (util-linux; or set HSCALE_NOFILE=0)"
         );
-        progress!("nofile limit {nofile}");
+        progress!("nofile limit {limit} (asked for {nofile})");
     }
     let modes: Vec<&'static str> = std::env::var("HSCALE_MODES")
         .unwrap_or_else(|_| "slots,dynamic".to_string())

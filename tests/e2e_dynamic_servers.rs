@@ -257,6 +257,19 @@ fn removed_endpoints_drain_within_the_bound() {
         0x01,
         "{name} is in maintenance while it drains"
     );
+    // Back while it drains: the same server is put back in service (its name is still
+    // taken, so `add server` would fail and force a reload), then removed again.
+    write(&h, true);
+    wait_until(
+        APPLY_TIMEOUT,
+        "the draining server is back in service",
+        || slow_server().is_some_and(|s| s.3 & 0x01 == 0),
+    );
+    assert_eq!(slow_server().unwrap().1, name, "the same server");
+    write(&h, false);
+    wait_until(APPLY_TIMEOUT, "the server drains again", || {
+        slow_server().is_some_and(|s| s.3 & 0x01 == 0x01)
+    });
     let answer = held.join().unwrap().expect("the held request completes");
     assert!(
         answer.starts_with("HTTP/1.1 200") && answer.ends_with("slow\n"),
@@ -269,7 +282,7 @@ fn removed_endpoints_drain_within_the_bound() {
         || slow_server().is_none(),
     );
     assert!(removed_at.elapsed() < Duration::from_secs(6));
-    assert_eq!(h.reloads(), start);
+    assert_eq!(h.reloads(), start, "no reload:\n{}", h.log());
 
     // 2. A request that outlasts the bound: the endpoint comes back, takes a 20 s request,
     // and is removed; at 6 s its stream is closed and the server deleted.

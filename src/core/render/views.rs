@@ -623,6 +623,33 @@ mod tests {
         assert!(lazy.contains("SRV_4=2001:db8::1:80"), "{lazy}");
     }
 
+    /// Dynamic servers: only the endpoints' servers, each with its id, read the same lazily
+    /// and serialized, and as runs of one that say they are dynamic.
+    #[test]
+    fn dynamic_servers_read_alike_from_either_form() {
+        let servers = crate::model::ServerSlots::dynamic([
+            (2_000_000_000, ip("10.0.0.2"), 80),
+            (7, ip("2001:db8::1"), 8080),
+        ]);
+        let backend = backend_with(servers);
+        let template = "{{ b.servers|length }}|\
+            {% for s in b.servers %}{{ s.name }}#{{ s.id }}={{ s.address }}:{{ s.port }};{% endfor %}|\
+            {% for r in b.servers|slot_runs %}{{ r.name }} id {{ r.id }} {{ r.dynamic }};{% endfor %}";
+        let mut env = Environment::new();
+        env.add_filter("slot_runs", slot_runs);
+        let render = |b: Value| {
+            env.render_str(template, minijinja::context! { b => b })
+                .unwrap()
+        };
+        let lazy = render(backend_value(&backend));
+        assert_eq!(lazy, render(to_value(&backend)));
+        assert_eq!(
+            lazy,
+            "2|SRV_7#7=2001:db8::1:8080;SRV_2000000000#2000000000=10.0.0.2:80;|\
+             SRV_7 id 7 True;SRV_2000000000 id 2000000000 True;"
+        );
+    }
+
     #[test]
     fn slot_runs_group_unused_slots_the_same_from_either_form() {
         // Slots: unused, used, unused ×3, used (IPv6), unused: runs 1, 2, 3-5, 6, 7.
