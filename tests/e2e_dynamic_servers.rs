@@ -134,11 +134,18 @@ fn scaling_from_none_to_sixty_and_back_never_reloads() {
     }
     // The configuration on disk holds the same servers with the same ids, so a reload would
     // load what runs.
-    let cfg = h.admin("/debug/config").unwrap().body;
-    for (id, name, port, _) in servers(&h, BACKEND) {
-        let line = format!("server {name} 127.0.0.1:{port} id {id}");
-        assert!(cfg.contains(&line), "{line:?} not in:\n{cfg}");
-    }
+    // (/debug/config follows an apply a moment after its runtime commands.)
+    let running = servers(&h, BACKEND);
+    let lines: Vec<String> = running
+        .iter()
+        .map(|(id, name, port, _)| format!("server {name} 127.0.0.1:{port} id {id}"))
+        .collect();
+    let mut cfg = String::new();
+    let written = poll(APPLY_TIMEOUT, || {
+        cfg = h.admin("/debug/config")?.body;
+        lines.iter().all(|l| cfg.contains(l)).then_some(())
+    });
+    assert!(written.is_some(), "{lines:?} not all in:\n{cfg}");
     assert_eq!(
         h.metric("portcullis_reloads_total{reason=\"initial\"}"),
         1.0
@@ -146,9 +153,10 @@ fn scaling_from_none_to_sixty_and_back_never_reloads() {
 }
 
 /// An HTTP server on 127.0.0.1 that answers each request after `delay`, with body `slow`,
-/// counting the requests it finished.
+/// counting the requests it started and finished.
 struct SlowServer {
     port: u16,
+    started: Arc<AtomicUsize>,
     finished: Arc<AtomicUsize>,
 }
 
@@ -156,12 +164,13 @@ impl SlowServer {
     fn start(delay: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
+        let started = Arc::new(AtomicUsize::new(0));
         let finished = Arc::new(AtomicUsize::new(0));
-        let done = finished.clone();
+        let (begun, done) = (started.clone(), finished.clone());
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
-                let done = done.clone();
+                let (begun, done) = (begun.clone(), done.clone());
                 std::thread::spawn(move || {
                     let mut buf = [0u8; 4096];
                     let mut head = Vec::new();
@@ -171,10 +180,9 @@ impl SlowServer {
                             Ok(n) => head.extend_from_slice(&buf[..n]),
                         }
                     }
-                    // Health checks and quick probes ask for /quick.
-                    if !head.starts_with(b"GET /quick") {
-                        std::thread::sleep(delay);
-                    }
+                    // (TCP health checks close before sending a request.)
+                    begun.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(delay);
                     let body = "slow\n";
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -186,7 +194,30 @@ impl SlowServer {
                 });
             }
         });
-        Self { port, finished }
+        Self {
+            port,
+            started,
+            finished,
+        }
+    }
+
+    /// Sends requests through HAProxy on `http_port` until one is being answered here (round
+    /// robin sends others elsewhere), and returns it, still open.
+    fn hold_a_request(&self, http_port: u16) -> std::thread::JoinHandle<Result<String, String>> {
+        poll(APPLY_TIMEOUT, || {
+            let before = self.started.load(Ordering::SeqCst);
+            let pending = std::thread::spawn(move || slow_get(http_port));
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline && !pending.is_finished() {
+                if self.started.load(Ordering::SeqCst) > before {
+                    return Some(pending);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = pending.join();
+            None
+        })
+        .expect("a request held by the slow endpoint")
     }
 }
 
@@ -235,19 +266,7 @@ fn removed_endpoints_drain_within_the_bound() {
     assert!(slow_server().is_some());
 
     // 1. A request that takes 3 s, well inside the bound.
-    let port = h.http_port;
-    let held = poll(APPLY_TIMEOUT, || {
-        // Round robin: send until one lands on the slow endpoint.
-        let pending = std::thread::spawn(move || slow_get(port));
-        std::thread::sleep(Duration::from_millis(300));
-        if pending.is_finished() {
-            None
-        } else {
-            Some(pending)
-        }
-    })
-    .expect("a request held by the slow endpoint");
-    let removed_at = Instant::now();
+    let held = slow.hold_a_request(h.http_port);
     write(&h, false);
     // New requests go to the remaining endpoint at once, while the old one still drains.
     wait_answering(&h, &BTreeSet::from(["quick".to_string()]), 4);
@@ -267,8 +286,10 @@ fn removed_endpoints_drain_within_the_bound() {
     );
     assert_eq!(slow_server().unwrap().1, name, "the same server");
     write(&h, false);
+    let removed_at = Instant::now();
+    // In maintenance, or deleted already if the held request has just finished.
     wait_until(APPLY_TIMEOUT, "the server drains again", || {
-        slow_server().is_some_and(|s| s.3 & 0x01 == 0x01)
+        slow_server().is_none_or(|s| s.3 & 0x01 == 0x01)
     });
     let answer = held.join().unwrap().expect("the held request completes");
     assert!(
@@ -306,16 +327,7 @@ fn removed_endpoints_drain_within_the_bound() {
     wait_until(APPLY_TIMEOUT, "the longer endpoint is added", || {
         longer_server().is_some_and(|s| s.3 & 0x01 == 0)
     });
-    let held = poll(APPLY_TIMEOUT, || {
-        let pending = std::thread::spawn(move || slow_get(port));
-        std::thread::sleep(Duration::from_millis(300));
-        if pending.is_finished() {
-            None
-        } else {
-            Some(pending)
-        }
-    })
-    .expect("a request held by the longer endpoint");
+    let held = longer.hold_a_request(h.http_port);
     let removed_at = Instant::now();
     write_longer(&h, false);
     wait_until(

@@ -33,6 +33,9 @@ pub struct Applied {
     /// The blanked model `structure` is the rendering of, and the renderer that rendered it.
     blanked: Model,
     renderer: u64,
+    /// The words of each backend's `default-server` line in `structure`, read when a server is
+    /// first added, and shared by the configurations with this structure.
+    keywords: Arc<std::sync::OnceLock<BTreeMap<String, Vec<String>>>>,
 }
 
 impl Applied {
@@ -51,9 +54,9 @@ impl Applied {
         previous: Option<&Applied>,
     ) -> Self {
         let blanked = blank_runtime_parts(&model, previous);
-        let same_structure = previous
-            .filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked))
-            .map(|p| p.structure.clone());
+        let same = previous.filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked));
+        let keywords = same.map_or_else(Arc::default, |p| p.keywords.clone());
+        let same_structure = same.map(|p| p.structure.clone());
         let structure = same_structure.unwrap_or_else(|| {
             renderer
                 .render_config_cached(&blanked)
@@ -71,6 +74,7 @@ impl Applied {
             structure,
             blanked,
             renderer: renderer.id(),
+            keywords,
         }
     }
 
@@ -83,7 +87,17 @@ impl Applied {
             structure: structure.structure.clone(),
             blanked: structure.blanked.clone(),
             renderer: structure.renderer,
+            keywords: structure.keywords.clone(),
         }
+    }
+
+    /// What each backend's `default-server` line gives the static servers of this
+    /// configuration's structure, by backend: the keywords a server added at run time needs to
+    /// be the same server (dynamic servers inherit none), whatever a site template puts on that
+    /// line. Read from the structure once, on first use.
+    fn server_keywords(&self) -> &BTreeMap<String, Vec<String>> {
+        self.keywords
+            .get_or_init(|| default_server_words(&self.structure.text().unwrap_or_default()))
     }
 }
 
@@ -168,7 +182,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<D
     let mut plan = Plan::default();
     let mut model = old.model.clone();
     // Dynamic servers get the keywords of the configuration HAProxy runs.
-    let mut keywords = ServerKeywords::new(&old.structure);
+    let keywords = old.server_keywords();
     for ob in model
         .backends
         .iter_mut()
@@ -198,7 +212,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<D
                     i,
                     ob.servers.occupant(i),
                     &nb.servers,
-                    &mut keywords,
+                    keywords,
                     &mut one,
                 );
             } else {
@@ -573,7 +587,7 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
 fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
     let old_backends = old.model.backends.iter().chain(&old.model.tcp_backends);
     let new_backends = new.model.backends.iter().chain(&new.model.tcp_backends);
-    let mut keywords = ServerKeywords::new(&new.structure);
+    let keywords = new.server_keywords();
     for (ob, nb) in old_backends.zip(new_backends) {
         if Arc::ptr_eq(ob, nb) {
             continue;
@@ -581,7 +595,7 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
         for i in ob.servers.differing(&nb.servers) {
             if nb.servers.is_dynamic() {
                 let old = ob.servers.occupant(i);
-                dynamic_server_commands(&nb.name, i, old, &nb.servers, &mut keywords, plan);
+                dynamic_server_commands(&nb.name, i, old, &nb.servers, keywords, plan);
             } else if let Some(ns) = nb.servers.get(i) {
                 server_commands(&nb.name, &ns, plan);
             }
@@ -600,7 +614,7 @@ fn dynamic_server_commands(
     index: usize,
     old: Option<(&Address, u16)>,
     new: &crate::model::ServerSlots,
-    keywords: &mut ServerKeywords<'_>,
+    keywords: &BTreeMap<String, Vec<String>>,
     plan: &mut Plan,
 ) {
     let server = new.name_at(index).to_string();
@@ -609,7 +623,7 @@ fn dynamic_server_commands(
             .reload_reasons
             .push(format!("server {backend}/{server} now points at {address}")),
         (None, Some((Address::Ip(addr), port))) => {
-            let keywords = keywords.of(backend);
+            let keywords = keywords.get(backend).cloned().unwrap_or_default();
             let check = keywords.iter().any(|k| k == "check");
             plan.commands.push(Command::AddServer {
                 backend: backend.to_string(),
@@ -651,54 +665,26 @@ fn dynamic_server_commands(
     }
 }
 
-/// The keywords each backend's `default-server` line gives its static servers, read from a
-/// configuration's structure (haproxy.cfg as the templates in force wrote it), so that a
-/// server added at run time is configured as the same server written in the file would be,
-/// whatever a site template puts on that line. Read once, when the first server is added.
-struct ServerKeywords<'a> {
-    structure: &'a Content,
-    text: Option<String>,
-    found: BTreeMap<String, Vec<String>>,
-}
-
-impl<'a> ServerKeywords<'a> {
-    fn new(structure: &'a Content) -> Self {
-        Self {
-            structure,
-            text: None,
-            found: BTreeMap::new(),
+/// The words of each backend's `default-server` line in `cfg`, by backend (one pass).
+fn default_server_words(cfg: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let mut backend: Option<&str> = None;
+    for line in cfg.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            if !line.is_empty() && !line.starts_with('#') {
+                backend = line.strip_prefix("backend ").map(str::trim);
+            }
+            continue;
+        }
+        let Some(name) = backend else {
+            continue;
+        };
+        let mut words = line.split_whitespace();
+        if words.next() == Some("default-server") {
+            out.insert(name.to_string(), words.map(str::to_string).collect());
         }
     }
-
-    /// The words after `default-server` in `backend`'s section (none without that line).
-    fn of(&mut self, backend: &str) -> Vec<String> {
-        if let Some(words) = self.found.get(backend) {
-            return words.clone();
-        }
-        let structure = self.structure;
-        let text = self
-            .text
-            .get_or_insert_with(|| structure.text().unwrap_or_default().into_owned());
-        let words = default_server_words(text, backend);
-        self.found.insert(backend.to_string(), words.clone());
-        words
-    }
-}
-
-/// The words of `backend`'s `default-server` line in `cfg`.
-fn default_server_words(cfg: &str, backend: &str) -> Vec<String> {
-    let header = format!("backend {backend}");
-    let mut lines = cfg.lines();
-    if !lines.any(|l| l.trim_end() == header) {
-        return Vec::new();
-    }
-    lines
-        .take_while(|l| l.is_empty() || l.starts_with(char::is_whitespace) || l.starts_with('#'))
-        .find_map(|l| {
-            let mut words = l.split_whitespace();
-            (words.next() == Some("default-server")).then(|| words.map(str::to_string).collect())
-        })
-        .unwrap_or_default()
+    out
 }
 
 /// Commands that put a slot in the state the model describes. Idempotent.
@@ -1188,11 +1174,16 @@ mod tests {
 
     #[test]
     fn default_server_words_are_read_from_the_backend_section() {
-        let cfg = "backend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n";
-        assert_eq!(default_server_words(cfg, "a"), ["check", "inter", "500"]);
-        assert!(default_server_words(cfg, "b").is_empty());
-        assert_eq!(default_server_words(cfg, "c"), ["ssl", "verify", "none"]);
-        assert!(default_server_words(cfg, "d").is_empty());
+        let cfg = "defaults\n  default-server init-addr last,libc,none\nbackend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n";
+        let words = default_server_words(cfg);
+        assert_eq!(words["a"], ["check", "inter", "500"]);
+        assert!(!words.contains_key("b"));
+        assert_eq!(words["c"], ["ssl", "verify", "none"]);
+        assert_eq!(
+            words.len(),
+            2,
+            "the defaults section's line is no backend's"
+        );
     }
 
     #[test]
