@@ -201,6 +201,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<D
             continue;
         }
         let ob = Arc::make_mut(ob);
+        let added = added_count(&plan);
         for i in ob.servers.differing(&nb.servers) {
             let Some(ns) = nb.servers.get(i) else {
                 continue;
@@ -223,6 +224,10 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<D
                 plan.drains.extend(one.drains);
                 Arc::make_mut(&mut ob.servers).set(i, ns.address.map(|a| (a, ns.port)));
             }
+        }
+        // The cookie settings HAProxy runs are the old configuration's.
+        if added_count(&plan) > added {
+            dynamic_cookies(ob, &mut plan);
         }
     }
     // Routes may only point at backends (and route policies) the running HAProxy has.
@@ -592,6 +597,7 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
         if Arc::ptr_eq(ob, nb) {
             continue;
         }
+        let added = added_count(plan);
         for i in ob.servers.differing(&nb.servers) {
             if nb.servers.is_dynamic() {
                 let old = ob.servers.occupant(i);
@@ -600,6 +606,33 @@ fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
                 server_commands(&nb.name, &ns, plan);
             }
         }
+        if added_count(plan) > added {
+            dynamic_cookies(nb, plan);
+        }
+    }
+}
+
+/// How many `add server` commands `plan` holds.
+fn added_count(plan: &Plan) -> usize {
+    plan.commands
+        .iter()
+        .filter(|c| matches!(c, Command::AddServer { .. }))
+        .count()
+}
+
+/// After servers were added to `backend`: HAProxy 2.6 gives a server added at run time no
+/// dynamic cookie (its cookie is empty, and clients get an empty one), so a backend with
+/// dynamic cookies has them computed again for every server.
+fn dynamic_cookies(backend: &Backend, plan: &mut Plan) {
+    let dynamic = backend
+        .settings
+        .cookie_persistence
+        .as_ref()
+        .is_some_and(|c| c.dynamic);
+    if dynamic {
+        plan.commands.push(Command::EnableDynamicCookie {
+            backend: backend.name.clone(),
+        });
     }
 }
 

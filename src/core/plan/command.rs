@@ -69,6 +69,11 @@ pub enum Command {
         backend: String,
         server: String,
     },
+    /// Gives every server of a backend with dynamic cookies its cookie: HAProxy 2.6 computes
+    /// none for a server added at run time.
+    EnableDynamicCookie {
+        backend: String,
+    },
     /// Closes every stream on a server (a drain that ran out of time).
     ShutdownSessions {
         backend: String,
@@ -138,6 +143,7 @@ impl Command {
             Command::AddServer { .. } => "add server",
             Command::DelServer { .. } => "del server",
             Command::EnableHealth { .. } => "enable health",
+            Command::EnableDynamicCookie { .. } => "enable dynamic-cookie backend",
             Command::ShutdownSessions { .. } => "shutdown sessions server",
             Command::AddMap { .. } => "add map",
             Command::SetMap { .. } => "set map",
@@ -210,6 +216,9 @@ impl Command {
             Command::EnableHealth { backend, server } => {
                 format!("enable health {}/{}\n", w(backend)?, w(server)?)
             }
+            Command::EnableDynamicCookie { backend } => {
+                format!("enable dynamic-cookie backend {}\n", w(backend)?)
+            }
             Command::ShutdownSessions { backend, server } => {
                 format!("shutdown sessions server {}/{}\n", w(backend)?, w(server)?)
             }
@@ -260,6 +269,7 @@ impl Command {
             Command::DelServer { .. } => !a.starts_with("Server deleted"),
             Command::SetServerState { .. }
             | Command::EnableHealth { .. }
+            | Command::EnableDynamicCookie { .. }
             | Command::ShutdownSessions { .. }
             | Command::AddMap { .. }
             | Command::SetMap { .. }
