@@ -45,6 +45,23 @@ pub enum Command {
         #[arg(long, alias = "scripts", env = "PORTCULLIS_SCRIPTS_DIR", global = true)]
         scripts_dir: Option<PathBuf>,
     },
+    /// Print a ValidatingAdmissionPolicy and its binding (YAML) that check the declared
+    /// annotations' values in the API server; `deploy/overlays/admission-policy` is this
+    /// output with the defaults.
+    AdmissionPolicy {
+        /// Site scripts layered over the bundled ones.
+        #[arg(long, alias = "scripts", env = "PORTCULLIS_SCRIPTS_DIR")]
+        scripts_dir: Option<PathBuf>,
+        /// The class of the Ingresses checked.
+        #[arg(long, env = "PORTCULLIS_INGRESS_CLASS", default_value = "portcullis")]
+        ingress_class: String,
+        /// The controller ConfigMap (NAMESPACE/NAME) whose keys are checked.
+        #[arg(long, env = "PORTCULLIS_CONFIGMAP", value_parser = Key::parse_namespaced)]
+        configmap: Option<Key>,
+        /// Refuse objects with a bad value instead of warning (`validationActions: [Deny]`).
+        #[arg(long)]
+        deny: bool,
+    },
     /// List the effective templates and the layer each comes from.
     Templates {
         #[command(subcommand)]

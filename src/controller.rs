@@ -369,11 +369,15 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
                         // the translation's.
                         candidate.keep_memo_of(&pipeline);
                         let candidate = Arc::new(candidate);
-                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics, &mut quarantine, resolver.as_ref()).await {
+                        // Objects left out for what the previous layers made of them (a
+                        // site part HAProxy refused) get another chance with the new ones.
+                        let mut fresh = Quarantine::default();
+                        match compute(source.input(), &candidate, in_force.inputs(&applier), &metrics, &mut fresh, resolver.as_ref()).await {
                             Ok((output, store)) => {
                                 tracing::info!("site scripts and templates reloaded");
                                 status.update(|s| s.site_error = None);
                                 pipeline = candidate;
+                                quarantine = fresh;
                                 match apply_output(output, &pipeline, &mut applier, &status, &metrics, &mut expiry, first, (&store, &mut quarantine, &mut in_force)).await {
                                     Err(e) => break Err(e),
                                     Ok(true) => again(&changes_tx, &mut attribution_rounds),
@@ -826,7 +830,20 @@ async fn apply_output(
             | ApplyError::Reload {
                 alerts: messages, ..
             },
-        ) => hold_culprits(messages, &mut output, store, quarantine),
+        ) => {
+            // A site template part's line HAProxy refused is the site's to fix: named with
+            // its file and line, in /readyz until the site layers change.
+            let parts = crate::attribution::site_parts(
+                messages,
+                &output.rendered,
+                pipeline.renderer.templates(),
+            );
+            if let Some(first) = parts.first() {
+                site_failed(status, first.to_string());
+            }
+            output.diagnostics.extend(parts);
+            hold_culprits(messages, &mut output, store, quarantine)
+        }
         _ => 0,
     };
     report_diagnostics(&output.diagnostics, metrics);

@@ -76,6 +76,32 @@ fn main() -> ExitCode {
                 ExitCode::from(exit::INPUT)
             }
         },
+        Command::AdmissionPolicy {
+            scripts_dir,
+            ingress_class,
+            configmap,
+            deny,
+        } => match portcullis::source::site::load_policy(scripts_dir.as_deref()) {
+            Ok(engine) => {
+                use portcullis::tools::{admission_policy, annotations};
+                let options = admission_policy::PolicyOptions {
+                    ingress_class,
+                    config_map: configmap,
+                    deny,
+                };
+                print_out(&admission_policy::yaml(
+                    &annotations::rows(&engine),
+                    &options,
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
+                ExitCode::from(exit::INPUT)
+            }
+        },
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
@@ -154,8 +180,26 @@ fn main() -> ExitCode {
                 }
                 Err(CheckError::Rejected { messages }) => {
                     eprintln!("error: HAProxy rejected the rendered configuration:");
-                    for m in messages {
+                    for m in &messages {
                         eprintln!("{m}");
+                    }
+                    // The lines a site template part printed, named with its file and line.
+                    let site = &args.pipeline;
+                    if site.templates_dir.is_some() {
+                        if let Ok(p) = portcullis::source::site::load_pipeline(
+                            site.scripts_dir.as_deref(),
+                            site.templates_dir.as_deref(),
+                            site.translate_config(),
+                        ) {
+                            let templates = p.renderer.templates();
+                            for d in portcullis::attribution::site_parts(
+                                &messages,
+                                &output.rendered,
+                                templates,
+                            ) {
+                                eprintln!("{d}");
+                            }
+                        }
                     }
                     ExitCode::from(exit::REJECTED)
                 }

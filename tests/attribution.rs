@@ -214,3 +214,60 @@ fn left_out_objects_come_back_when_they_change() {
     assert!(quarantine.exclude(&mut store).1.is_empty());
     assert!(quarantine.is_empty());
 }
+
+/// A line of a site template part that HAProxy refuses is named with the site file and its
+/// line, and still leads only to the objects of the backend it was printed in.
+#[test]
+fn a_refused_site_part_line_is_attributed_to_its_site_file() {
+    let site = tempfile::tempdir().unwrap();
+    let scripts = site.path().join("scripts");
+    let part = site.path().join("templates/parts/site/backend/algo.j2");
+    std::fs::create_dir_all(&scripts).unwrap();
+    std::fs::create_dir_all(part.parent().unwrap()).unwrap();
+    // The script passes on a word HAProxy 2.6 has no algorithm of, for evil's Service only.
+    std::fs::write(
+        scripts.join("algo.rhai"),
+        "// Scope: backend\n// Risk: low\nfn backend(ctx) {\n    if ctx.namespace == \"evil\" {\n        #{ site: #{ algo: \"brotli\" } }\n    }\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &part,
+        "{% if site.algo is defined %}\n  compression algo {{ site.algo }}\n{% endif %}\n",
+    )
+    .unwrap();
+    let store = store();
+    let pipeline = portcullis::source::site::load_pipeline(
+        Some(&scripts),
+        Some(&site.path().join("templates")),
+        TranslateConfig::default(),
+    )
+    .unwrap();
+    let output = pipeline.run(&store).unwrap();
+    let messages = refusal(&output.rendered);
+    let found = portcullis::attribution::site_parts(
+        &messages,
+        &output.rendered,
+        pipeline.renderer.templates(),
+    );
+    assert_eq!(found.len(), 1, "{found:?} from {messages:?}");
+    let text = found[0].to_string();
+    assert!(
+        text.starts_with(&format!(
+            "error: {}: line 2: HAProxy refused",
+            part.display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("brotli"), "{text}");
+    let objects: Vec<ObjectRef> = culprits(&messages, &output.rendered, &output.model, &store)
+        .into_iter()
+        .map(|c| c.object)
+        .collect();
+    assert!(
+        !objects.is_empty() && objects.iter().all(|o| o.namespace == "evil"),
+        "{objects:?}"
+    );
+    // Without the site part nothing is refused.
+    let bundled = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    check_config(&haproxy(), &bundled.run(&store).unwrap().rendered).unwrap();
+}

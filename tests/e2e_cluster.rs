@@ -589,3 +589,72 @@ fn the_systemd_unit_restarts_on_failure() {
     assert!(unit.contains("\nRestart=on-failure\n"), "{unit}");
     assert!(unit.contains("--external"), "{unit}");
 }
+
+#[test]
+fn an_ingress_moved_to_another_class_has_our_address_taken_off_its_status() {
+    let cluster = Cluster::start();
+    let mut h = Harness::new();
+    backend(&mut h, &cluster, "web");
+    cluster.apply(&shop_ingress(&[route(
+        Some("shop.example"),
+        "/",
+        "Prefix",
+        "web",
+    )]));
+    let kubeconfig = cluster.kubeconfig(&h.work(), None);
+    h.use_kubeconfig(&kubeconfig);
+    h.start(&[
+        "--pod-name",
+        "one",
+        "--pod-namespace",
+        "ingress",
+        "--publish-address",
+        "192.0.2.7",
+        "--allow-local-endpoints",
+    ]);
+    let status_of = || {
+        cluster
+            .server
+            .get("networking.k8s.io/v1", "Ingress", NS, "shop")
+            .map(|i| i["status"]["loadBalancer"]["ingress"].clone())
+    };
+    wait_until(Duration::from_secs(15), "status written", || {
+        status_of().is_some_and(|s| s[0]["ip"] == "192.0.2.7")
+    });
+    // Another controller's class, with the status as it stands (an update of the spec keeps it).
+    let mut moved = cluster
+        .server
+        .get("networking.k8s.io/v1", "Ingress", NS, "shop")
+        .unwrap();
+    moved["spec"]["ingressClassName"] = serde_json::json!("other");
+    let stored = cluster.server.apply(moved);
+    assert_eq!(
+        stored["status"]["loadBalancer"]["ingress"][0]["ip"], "192.0.2.7",
+        "the class change itself left the status alone"
+    );
+    wait_until(Duration::from_secs(15), "our address taken off", || {
+        status_of().is_some_and(|s| s.as_array().is_some_and(Vec::is_empty))
+    });
+    // Once: the new controller's own address is not fought over.
+    let mut theirs = cluster
+        .server
+        .get("networking.k8s.io/v1", "Ingress", NS, "shop")
+        .unwrap();
+    theirs["status"] = serde_json::json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.7"}]}});
+    cluster.server.apply(theirs);
+    let patches = || {
+        cluster
+            .server
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with("/status"))
+            .count()
+    };
+    let before = patches();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(patches(), before, "the status was cleared again");
+    assert_eq!(
+        h.terminate(Duration::from_secs(20)).and_then(|s| s.code()),
+        Some(0)
+    );
+}

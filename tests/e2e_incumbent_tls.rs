@@ -19,7 +19,7 @@ use std::time::Duration;
 use incumbent::*;
 use support::{
     APPLY_TIMEOUT, Answer, Harness, TlsPod, fingerprint, free_port, make_ca, output_with_input,
-    output_within, self_signed, served_certificate, wait_until,
+    self_signed, served_certificate, sign_with_ca, wait_until,
 };
 
 static SHARED: Shared = Shared::new();
@@ -298,41 +298,7 @@ fn make_client(
     cn: &str,
     tag: &str,
 ) -> (PathBuf, PathBuf) {
-    let crt = dir.join(format!("{tag}.crt"));
-    let key = dir.join(format!("{tag}.key"));
-    let csr = dir.join(format!("{tag}.csr"));
-    let mut req = Command::new("openssl");
-    req.args(["req", "-new", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-subj"])
-        .arg(format!("/CN={cn}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&csr);
-    let out = output_within(req, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut sign = Command::new("openssl");
-    sign.args(["x509", "-req", "-days", "2", "-in"])
-        .arg(&csr)
-        .arg("-CA")
-        .arg(&ca.0)
-        .arg("-CAkey")
-        .arg(&ca.1)
-        .arg("-CAcreateserial")
-        .arg("-out")
-        .arg(&crt);
-    let out = output_within(sign, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (crt, key)
+    sign_with_ca(dir, ca, &format!("/CN={cn}"), None, tag)
 }
 
 /// A GET over TLS with SNI `host`, optionally with a client certificate; `None` when no HTTP

@@ -217,6 +217,38 @@ proptest! {
         }
     }
 
+    /// A string a script returns in its site settings is refused, a token the guard prints
+    /// bare, or text that prints only quoted, as one word HAProxy reads back unchanged.
+    #[test]
+    fn site_strings_are_refused_tokens_or_one_quoted_word(v in hostile()) {
+        use portcullis::model::SiteValue;
+        let env = {
+            let mut env = minijinja::Environment::new();
+            portcullis::render::formatter::register(&mut env);
+            env
+        };
+        let render = |template: &str, value: &SiteValue| {
+            env.render_str(template, minijinja::context! { v => minijinja::Value::from(minijinja::value::Serde(value)) })
+        };
+        let breaks_out = v.contains(['\n', '\r', '\'']) || v.chars().any(char::is_control);
+        match portcullis::policy::settings::site_string(&v) {
+            Err(_) => {}
+            Ok(value @ SiteValue::Token(_)) => {
+                let printed = render("{{ v }}", &value).unwrap();
+                prop_assert!(!breaks_out && inert(&printed) && printed == v
+                    && !printed.contains(char::is_whitespace) && !printed.contains('%'),
+                    "{:?} printed as {:?}", v, printed);
+            }
+            Ok(value @ SiteValue::Text(_)) => {
+                prop_assert!(!breaks_out, "{:?} accepted", v);
+                prop_assert!(render("{{ v }}", &value).is_err(), "{:?} printed bare", v);
+                let quoted = render("{{ v|q }}", &value).unwrap();
+                prop_assert_eq!(haproxy_words(&format!("  x {quoted}")), vec!["x".to_string(), v.clone()]);
+            }
+            Ok(other) => prop_assert!(false, "{:?} became {:?}", v, other),
+        }
+    }
+
     #[test]
     fn runtime_api_arguments_are_one_word(v in hostile()) {
         let commands = [

@@ -979,3 +979,137 @@ fn what_the_snippet_allowlists_name_haproxy_accepts() {
     }
     portcullis::check::check_config("haproxy", &output.rendered).unwrap();
 }
+
+/// Site settings are data, whatever a script puts in them: a value that could leave its
+/// quotes (a line break, a control character, `'`) is refused with the script, object and key
+/// named; everything else reaches the site template parts at every hook point only as a
+/// token or as quoted text, and HAProxy accepts the result. A part that prints text bare is
+/// refused by the output guard with its file and line.
+#[test]
+fn site_settings_reach_site_parts_only_as_tokens_or_quoted_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let scripts = dir.path().join("scripts");
+    let parts = dir.path().join("templates/parts/site");
+    for point in ["global", "defaults", "frontend", "backend", "route-policy"] {
+        std::fs::create_dir_all(parts.join(point)).unwrap();
+    }
+    std::fs::create_dir_all(&scripts).unwrap();
+    // Rust's escapes are Rhai's, but for NUL.
+    let payloads: Vec<String> = PAYLOADS
+        .iter()
+        .map(|p| format!("{p:?}").replace("\\0", "\\x00"))
+        .collect();
+    let site = format!(
+        "#{{ {} , nested: #{{ list: [{}] }} }}",
+        payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("v{i}: {p}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        payloads.join(", ")
+    );
+    std::fs::write(
+        scripts.join("evil-site.rhai"),
+        format!(
+            "// Scope: global, backend, route\n// Risk: low\n\
+             fn global(ctx) {{ #{{ site: {site} }} }}\n\
+             fn backend(ctx) {{ #{{ site: {site} }} }}\n\
+             fn route(ctx) {{ #{{ site: {site} }} }}\n"
+        ),
+    )
+    .unwrap();
+    // Every string value, quoted, where HAProxy takes text as it is.
+    let each = |line: &str| {
+        format!(
+            "{{% for k, v in site|items %}}{{% if v is string %}}\n{line}\n{{% endif %}}{{% endfor %}}\n\
+             {{% if site.nested is defined %}}{{% for v in site.nested.list %}}\n{line}\n{{% endfor %}}{{% endif %}}\n"
+        )
+    };
+    std::fs::write(
+        parts.join("global/env.j2"),
+        each("  presetenv SITE_VALUE {{ v|q }}"),
+    )
+    .unwrap();
+    std::fs::write(parts.join("defaults/note.j2"), each("  # {{ v|q }}")).unwrap();
+    let unused_return =
+        "  http-request return status 503 content-type text/plain string {{ v|q }} if FALSE";
+    std::fs::write(parts.join("frontend/note.j2"), each(unused_return)).unwrap();
+    std::fs::write(parts.join("backend/note.j2"), each(unused_return)).unwrap();
+    std::fs::write(
+        parts.join("route-policy/page.j2"),
+        each("  http-request return status 503 content-type text/plain string {{ v|q }} if {{ applies }} FALSE"),
+    )
+    .unwrap();
+    let mut config = pipeline().config;
+    config.config_map = None;
+    let load = || {
+        portcullis::source::site::load_pipeline(
+            Some(&scripts),
+            Some(&dir.path().join("templates")),
+            config.clone(),
+        )
+        .unwrap()
+    };
+    let (objects, _, _) = hostile_cluster();
+    let store = Store::from_objects(with_class(objects));
+    let output = load().run(&store).unwrap();
+    let cfg = output.rendered.haproxy_cfg();
+    let mut places = std::collections::BTreeSet::new();
+    for line in cfg.lines().filter(|l| l.contains("PWN")) {
+        let outside_quotes = line.split('\'').step_by(2).any(|o| o.contains("PWN"));
+        assert!(
+            line.matches('\'').count() % 2 == 0 && !outside_quotes,
+            "{line}\n{cfg}"
+        );
+        places.insert(line.trim().split(' ').next().unwrap().to_string());
+    }
+    // The accepted payloads reached every kind of part (the cluster's own quoted header
+    // values and rewrites are there too).
+    for place in ["#", "http-request", "presetenv"] {
+        assert!(places.contains(place), "{place}: {cfg}");
+    }
+    assert!(
+        cfg.contains("if { var(txn.policy) -m str p"),
+        "route policy parts: {cfg}"
+    );
+    let diagnostics: Vec<String> = output.diagnostics.iter().map(ToString::to_string).collect();
+    for (i, payload) in PAYLOADS.iter().enumerate() {
+        let breaks_out = payload.contains(['\n', '\r', '\0', '\'']);
+        let reported = |hook: &str| {
+            diagnostics.iter().any(|d| {
+                d.contains("evil-site.rhai")
+                    && d.contains(&format!("{hook}() for "))
+                    && d.contains(&format!("setting site.v{i}:"))
+            })
+        };
+        for hook in ["global", "backend", "route"] {
+            assert_eq!(
+                reported(hook),
+                breaks_out,
+                "{payload:?} in {hook}: {diagnostics:#?}"
+            );
+        }
+    }
+    // A list holding one refused value is refused whole.
+    assert!(
+        diagnostics
+            .iter()
+            .any(|d| d.contains("setting site.nested:")),
+        "{diagnostics:#?}"
+    );
+    portcullis::check::check_config("haproxy", &output.rendered).unwrap();
+
+    // Printed bare, text is refused by the output guard, naming the part.
+    let bare = parts.join("backend/bare.j2");
+    std::fs::write(
+        &bare,
+        "{% if site.v2 is defined %}\n  # {{ site.v2 }}\n{% endif %}\n",
+    )
+    .unwrap();
+    let refused = load().run(&store).unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("{}: line 2: refusing to print", bare.display())),
+        "{refused}"
+    );
+}

@@ -104,6 +104,7 @@ async fn run(
     let mut retry = tokio::time::interval(RETRY_EVERY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut written = Written::new();
+    let mut ours_before = std::collections::BTreeSet::new();
     loop {
         // Events are recorded for a new state or a new leader; a timer tick only re-checks
         // status.
@@ -135,7 +136,7 @@ async fn run(
                 publish,
                 &state.store,
                 &metrics,
-                &mut written,
+                (&mut written, &mut ours_before),
             )
             .await;
         }
@@ -167,7 +168,10 @@ async fn write_status(
     publish: &Publish,
     store: &Store,
     metrics: &Metrics,
-    written: &mut Written,
+    (written, ours_before): (
+        &mut Written,
+        &mut std::collections::BTreeSet<crate::objects::Key>,
+    ),
 ) {
     let addresses = status::publish_addresses(publish, store);
     if addresses.is_empty() {
@@ -186,8 +190,11 @@ async fn write_status(
         .map(|(key, i)| (key, i.metadata.resource_version.clone()))
         .collect();
     let version = |key: &crate::objects::Key| versions.get(key).cloned().flatten();
+    let released = status::released(store, &classes, &addresses, ours_before);
+    *ours_before = status::ours(store, &classes);
     let updates: Vec<_> = status::updates(store, &classes, &addresses)
         .into_iter()
+        .chain(released)
         .filter(|u| {
             let now = version(&u.key);
             now.is_none() || written.get(&u.key) != Some(&(now, u.ingress.clone()))
@@ -207,6 +214,13 @@ async fn write_status(
         }
     }
     for (key, e) in &failed {
+        // A failed release is tried again at the next write, as a failed update is.
+        if updates
+            .iter()
+            .any(|u| u.key == *key && u.ingress.is_empty())
+        {
+            ours_before.insert(key.clone());
+        }
         tracing::warn!(ingress = %key, "writing Ingress status failed (retried): {e}");
     }
     metrics

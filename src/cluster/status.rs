@@ -106,6 +106,38 @@ pub fn updates(
         .collect()
 }
 
+/// The Ingresses that were ours (`ours_before`, the keys [`updates`] considered at the last
+/// write) and are not any more, whose status still shows `addresses`: cleared once, so that
+/// DNS tools stop sending their hosts here. One that now shows anything else was written by
+/// its new controller and is left alone, and one is never cleared twice, so two controllers
+/// publishing the same address do not take turns at it.
+pub fn released(
+    store: &Store,
+    classes: &ClassFilter,
+    addresses: &[IngressLoadBalancerIngress],
+    ours_before: &std::collections::BTreeSet<Key>,
+) -> Vec<StatusUpdate> {
+    ours_before
+        .iter()
+        .filter_map(|key| Some((key, store.ingress(key)?)))
+        .filter(|(_, ingress)| !classes.accepts(ingress))
+        .filter(|(_, ingress)| !addresses.is_empty() && current(ingress) == addresses)
+        .map(|(key, _)| StatusUpdate {
+            key: key.clone(),
+            ingress: Vec::new(),
+        })
+        .collect()
+}
+
+/// The keys of the Ingresses of our classes, for [`released`] at the next write.
+pub fn ours(store: &Store, classes: &ClassFilter) -> std::collections::BTreeSet<Key> {
+    store
+        .ingresses()
+        .filter(|(_, ingress)| classes.accepts(ingress))
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
 fn current(ingress: &Ingress) -> &[IngressLoadBalancerIngress] {
     ingress
         .status
@@ -258,6 +290,38 @@ mod tests {
             })
             .collect();
         assert_eq!(keys, ["web/new", "web/stale"]);
+    }
+
+    #[test]
+    fn an_ingress_that_left_the_class_is_cleared_once_if_it_still_shows_our_address() {
+        let class = |name: &str, controller: &str| {
+            Object::from_value(
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+                "metadata": {"name": name}, "spec": {"controller": controller}}),
+            )
+            .unwrap()
+        };
+        let store = Store::from_objects([
+            class("haproxy", "haproxy.org/ingress-controller"),
+            class("nginx", "k8s.io/ingress-nginx"),
+            ingress("moved", Some("nginx"), json!([{"ip": "192.0.2.1"}])),
+            ingress("taken", Some("nginx"), json!([{"ip": "198.51.100.1"}])),
+            ingress("stays", Some("haproxy"), json!([{"ip": "192.0.2.1"}])),
+            ingress("never", Some("nginx"), json!([{"ip": "192.0.2.1"}])),
+        ]);
+        let classes = ClassFilter::new(&store, "haproxy", "haproxy.org/ingress-controller", false);
+        let before: std::collections::BTreeSet<Key> = ["moved", "taken", "stays", "gone"]
+            .iter()
+            .map(|n| Key::new("web", *n))
+            .collect();
+        let cleared = released(&store, &classes, &[ip("192.0.2.1")], &before);
+        assert_eq!(cleared.len(), 1, "{cleared:?}");
+        assert_eq!(cleared[0].key, Key::new("web", "moved"));
+        assert!(cleared[0].ingress.is_empty());
+        assert_eq!(
+            ours(&store, &classes).into_iter().collect::<Vec<_>>(),
+            [Key::new("web", "stays")]
+        );
     }
 
     #[test]

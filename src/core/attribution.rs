@@ -139,6 +139,105 @@ pub fn culprits(
         .collect()
 }
 
+/// Site template parts (`parts/site/…`) HAProxy's `messages` lead to: for each refused line
+/// of haproxy.cfg, the line of a site part that prints it (its literal text, around the
+/// values it prints, matches), as an error naming the site file and that line. The objects
+/// whose section holds the line are still found by [`culprits`]; this tells the site's
+/// template author which of their lines HAProxy refused.
+pub fn site_parts(
+    messages: &[String],
+    rendered: &RenderedConfig,
+    templates: &[crate::layers::SourceFile],
+) -> Vec<Diagnostic> {
+    let parts: Vec<&crate::layers::SourceFile> = templates
+        .iter()
+        .filter(|t| {
+            t.name.starts_with("parts/site/")
+                && matches!(t.layer, crate::layers::Layer::Site { .. })
+        })
+        .collect();
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let cfg = rendered.haproxy_cfg();
+    let lines: Vec<&str> = cfg.lines().collect();
+    let mut found: BTreeMap<(String, usize), (usize, String)> = BTreeMap::new();
+    for message in messages {
+        let Some(n) = pointer(message).line else {
+            continue;
+        };
+        let Some(text) = lines.get(n.wrapping_sub(1)) else {
+            continue;
+        };
+        for part in &parts {
+            for (i, source) in part.text.lines().enumerate() {
+                if template_line_prints(source, text) {
+                    found
+                        .entry((part.display_name("templates"), i + 1))
+                        .or_insert_with(|| (n, message.trim().to_string()));
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|((file, line), (cfg_line, message))| Diagnostic {
+            severity: Severity::Error,
+            subject: Subject::Source { file },
+            field: None,
+            message: format!(
+                "line {line}: HAProxy refused what it printed (haproxy.cfg line {cfg_line}): {}",
+                shorten(&message, 300)
+            ),
+        })
+        .collect()
+}
+
+/// Whether template line `source` can print `line`: its literal pieces (the text around
+/// `{{ … }}` and `{% … %}`) appear in `line` in order, the first at its start and the last at
+/// its end. A line with less than 4 characters of literal text matches nothing.
+fn template_line_prints(source: &str, line: &str) -> bool {
+    let mut pieces: Vec<&str> = Vec::new();
+    let mut rest = source;
+    loop {
+        let open = ["{{", "{%", "{#"].iter().filter_map(|o| rest.find(o)).min();
+        let Some(at) = open else {
+            pieces.push(rest);
+            break;
+        };
+        pieces.push(&rest[..at]);
+        let close = match &rest[at..at + 2] {
+            "{{" => "}}",
+            "{%" => "%}",
+            _ => "#}",
+        };
+        match rest[at + 2..].find(close) {
+            Some(end) => rest = &rest[at + 2 + end + 2..],
+            // A tag over several lines: nothing after it on this one is literal.
+            None => break,
+        }
+    }
+    let literal: usize = pieces.iter().map(|p| p.trim().len()).sum();
+    if literal < 4 {
+        return false;
+    }
+    let line = line.trim();
+    let (first, last) = (pieces[0].trim_start(), pieces[pieces.len() - 1].trim_end());
+    if pieces.len() == 1 {
+        return line == first.trim_end();
+    }
+    let Some(mut rest) = line.strip_prefix(first) else {
+        return false;
+    };
+    for piece in &pieces[1..pieces.len() - 1] {
+        match rest.find(piece) {
+            Some(at) => rest = &rest[at + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.ends_with(last)
+}
+
 /// The objects behind proxy `name`: a backend's Service and the Ingresses or TCP objects
 /// routing to it, a TCP frontend's TCP object; in a shared frontend, the backends and route
 /// policies the refused line names.
@@ -401,6 +500,40 @@ fn shorten(text: &str, max: usize) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A template line prints a config line when its literal text surrounds the printed
+    /// values in order; tag-only lines and short literals print nothing attributable.
+    #[test]
+    fn template_lines_are_matched_by_their_literal_text() {
+        let prints = template_line_prints;
+        assert!(prints(
+            "  compression algo {{ site.compression.algo }}",
+            "  compression algo gzip-fast"
+        ));
+        assert!(prints(
+            "  compression type{% for t in site.types %} {{ t }}{% endfor +%}",
+            "  compression type text/html text/plain"
+        ));
+        assert!(prints(
+            "  http-request deny if {{ applies }} { path -m reg {{ site.deny_path|q }} }",
+            "  http-request deny if { var(txn.policy) -m str p1 } { path -m reg '^/a' }"
+        ));
+        assert!(prints(
+            "  option http-buffer-request",
+            "  option http-buffer-request"
+        ));
+        assert!(!prints(
+            "  compression algo {{ site.algo }}",
+            "  compression type text/html"
+        ));
+        assert!(!prints("  option http-buffer-request", "  option httplog"));
+        assert!(!prints("{% if site.algo is defined %}", "  anything"));
+        assert!(!prints("  {{ line }}", "  anything"));
+        assert!(!prints(
+            "{# a comment that goes on",
+            "a comment that goes on"
+        ));
+    }
 
     #[test]
     fn pointers_are_read_from_haproxys_own_words() {

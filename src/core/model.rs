@@ -456,6 +456,27 @@ pub struct GlobalSettings {
     pub ssl_ciphers: Option<String>,
     /// `ssl-default-bind-ciphersuites`: TLS 1.3 suites; none: OpenSSL's default.
     pub ssl_ciphersuites: Option<String>,
+    /// The `global` hooks' site settings (`site: #{...}`), for site template parts.
+    pub site: SiteSettings,
+}
+
+/// Settings in a hook's site namespace (`site: #{...}`): plain typed data that only site
+/// templates give a meaning to, checked by [`crate::policy::settings`].
+pub type SiteSettings = BTreeMap<String, SiteValue>;
+
+/// One site setting value. Templates see it as plain data: a bool, an integer, a string (a
+/// token prints as it is, text only through `|q`), a list or a map.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(untagged)]
+pub enum SiteValue {
+    Bool(bool),
+    Int(i64),
+    /// A single config token: what the output guard prints unquoted.
+    Token(String),
+    /// Any other string: printable only quoted (no `'`, no control character).
+    Text(String),
+    List(Vec<SiteValue>),
+    Map(BTreeMap<String, SiteValue>),
 }
 
 /// A TLS protocol version, written as HAProxy's `ssl-min-ver` takes it. Ordered.
@@ -1122,6 +1143,8 @@ pub struct BackendSettings {
     pub server_tls_unusable: bool,
     /// Raw lines for the backend (`backend-config-snippet`), already checked.
     pub config_snippet: Vec<String>,
+    /// The `backend` hooks' site settings, for site template parts.
+    pub site: SiteSettings,
 }
 
 impl Default for BackendSettings {
@@ -1149,6 +1172,7 @@ impl Default for BackendSettings {
             server_crt_file: None,
             server_tls_unusable: false,
             config_snippet: Vec::new(),
+            site: SiteSettings::new(),
         }
     }
 }
@@ -1224,6 +1248,10 @@ pub struct RouteSettings {
     /// frontends (see [`FrontendRules::captures`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<RequestCapture>,
+    /// The `route` hooks' site settings, for site template parts. Not serialized when empty,
+    /// so that the policy ids of routes without them stay what they were.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub site: SiteSettings,
 }
 
 /// Every request of a route refused: `http-request deny deny_status <status>`.

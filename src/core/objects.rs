@@ -181,8 +181,15 @@ pub enum ParseError {
         field: &'static str,
         reason: String,
     },
-    #[error("{kind}: {reason}")]
-    Decode { kind: &'static str, reason: String },
+    /// A field of the wrong shape: `field` is its path in the document (`spec[0].frontend`),
+    /// empty for the document itself.
+    #[error("{kind} {object}: {}{reason}", field_prefix(field))]
+    Decode {
+        kind: &'static str,
+        object: String,
+        field: String,
+        reason: String,
+    },
     /// A kind Portcullis does not read; callers skip these quietly.
     #[error("kind {0} is not read by Portcullis")]
     UnsupportedKind(String),
@@ -250,6 +257,10 @@ impl Object {
 
     /// Parses one decoded manifest document. Namespaced objects without a namespace are put in
     /// `default`, as kubectl does. Names are validated here so that nothing downstream has to.
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "a document is handed over whole; it is read in place so that one that fails can be read again for the path of its error"
+    )]
     pub fn from_value(value: serde_json::Value) -> Result<Object, ParseError> {
         let api_version = value
             .get("apiVersion")
@@ -262,18 +273,18 @@ impl Object {
             .ok_or(ParseError::MissingField("kind"))?
             .to_string();
         let mut object = match (api_version.as_str(), kind.as_str()) {
-            ("networking.k8s.io/v1", "Ingress") => Object::Ingress(decode(value, "Ingress")?),
+            ("networking.k8s.io/v1", "Ingress") => Object::Ingress(decode(&value, "Ingress")?),
             ("networking.k8s.io/v1", "IngressClass") => {
-                Object::IngressClass(decode(value, "IngressClass")?)
+                Object::IngressClass(decode(&value, "IngressClass")?)
             }
-            ("v1", "Service") => Object::Service(decode(value, "Service")?),
+            ("v1", "Service") => Object::Service(decode(&value, "Service")?),
             ("discovery.k8s.io/v1", "EndpointSlice") => {
-                Object::EndpointSlice(decode(value, "EndpointSlice")?)
+                Object::EndpointSlice(decode(&value, "EndpointSlice")?)
             }
-            ("v1", "Secret") => Object::Secret(decode(value, "Secret")?),
-            ("v1", "ConfigMap") => Object::ConfigMap(decode(value, "ConfigMap")?),
-            ("v1", "Pod") => Object::Pod(decode(value, "Pod")?),
-            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(value)?)),
+            ("v1", "Secret") => Object::Secret(decode(&value, "Secret")?),
+            ("v1", "ConfigMap") => Object::ConfigMap(decode(&value, "ConfigMap")?),
+            ("v1", "Pod") => Object::Pod(decode(&value, "Pod")?),
+            (TCP_API_VERSION, "TCP") => Object::Tcp(Arc::new(Tcp::from_value(&value)?)),
             (TCP_API_VERSION, "Backend") => {
                 Object::Resource(Arc::new(Resource::from_value(Kind::Backend, &value)?))
             }
@@ -332,15 +343,51 @@ impl Object {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(
-    value: serde_json::Value,
+    value: &serde_json::Value,
     kind: &'static str,
 ) -> Result<Arc<T>, ParseError> {
-    serde_json::from_value(value)
-        .map(Arc::new)
-        .map_err(|e| ParseError::Decode {
+    decode_ref(value, kind).map(Arc::new)
+}
+
+/// `value` as a `T`; an error names the object and the path of the field that failed.
+pub(crate) fn decode_ref<T: serde::de::DeserializeOwned>(
+    value: &serde_json::Value,
+    kind: &'static str,
+) -> Result<T, ParseError> {
+    // Tracking the path costs on every field, so only a document that fails is read again
+    // with it.
+    T::deserialize(value).map_err(|plain| {
+        let (field, reason) = match serde_path_to_error::deserialize::<_, T>(value) {
+            Err(e) => (e.path().to_string(), e.inner().to_string()),
+            Ok(_) => (String::new(), plain.to_string()),
+        };
+        ParseError::Decode {
             kind,
-            reason: e.to_string(),
-        })
+            object: document_name(value),
+            field: if field == "." { String::new() } else { field },
+            reason,
+        }
+    })
+}
+
+/// `namespace/name` of a document as written, for messages about a document that is not an
+/// object yet.
+pub(crate) fn document_name(value: &serde_json::Value) -> String {
+    let meta = value.get("metadata");
+    let field = |k: &str| meta.and_then(|m| m.get(k)).and_then(|v| v.as_str());
+    match (field("namespace"), field("name")) {
+        (Some(ns), Some(name)) => format!("{ns}/{name}"),
+        (None, Some(name)) => name.to_string(),
+        _ => "(unnamed)".to_string(),
+    }
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("field {field}: ")
+    }
 }
 
 /// A DNS-1123 label: at most 63 lowercase alphanumerics or '-', starting and ending alphanumeric.
@@ -377,6 +424,38 @@ pub fn validate_dns_subdomain(s: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_of_the_wrong_shape_is_named_with_its_object_and_path() {
+        let tcp = serde_json::json!({
+            "apiVersion": TCP_API_VERSION, "kind": "TCP",
+            "metadata": {"name": "bad", "namespace": "shop"},
+            "spec": [{"name": "a", "frontend": {"name": "fa",
+                      "binds": {"v4": {"name": "v4", "port": "notaport"}}},
+                      "service": {"name": "svc", "port": 80}}]
+        });
+        let err = Object::from_value(tcp).unwrap_err().to_string();
+        assert!(
+            err.starts_with("TCP shop/bad: field spec[0].frontend.binds.v4.port: invalid type"),
+            "{err}"
+        );
+        let ingress = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": "web"},
+            "spec": {"rules": [{"host": "a.example", "http": {"paths": "/"}}]}
+        });
+        let err = Object::from_value(ingress).unwrap_err().to_string();
+        assert!(
+            err.starts_with("Ingress web: field spec.rules[0].http.paths: invalid type"),
+            "{err}"
+        );
+        let backend = serde_json::json!({
+            "apiVersion": TCP_API_VERSION, "kind": "Backend",
+            "metadata": {"name": "b", "namespace": "shop"}, "spec": ["no"]
+        });
+        let err = Object::from_value(backend).unwrap_err().to_string();
+        assert_eq!(err, "Backend shop/b: field spec: not an object");
+    }
 
     #[test]
     fn parses_ingress_and_defaults_namespace() {

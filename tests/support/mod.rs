@@ -1316,46 +1316,9 @@ pub fn make_signed(
     name: &str,
     tag: &str,
 ) -> (PathBuf, PathBuf, String, String) {
-    let crt = dir.join(format!("{tag}.crt"));
-    let key = dir.join(format!("{tag}.key"));
-    let csr = dir.join(format!("{tag}.csr"));
-    let ext = dir.join(format!("{tag}.ext"));
-    std::fs::write(&ext, format!("subjectAltName=DNS:{name}\n")).unwrap();
-    let mut req = Command::new("openssl");
-    req.args(["req", "-new", "-newkey", "ec", "-pkeyopt"])
-        .arg("ec_paramgen_curve:prime256v1")
-        .args(["-nodes", "-subj"])
-        .arg(format!("/CN={name}/O={tag}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&csr);
-    let out = output_within(req, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut sign = Command::new("openssl");
-    sign.args(["x509", "-req", "-days", "2", "-in"])
-        .arg(&csr)
-        .arg("-CA")
-        .arg(&ca.0)
-        .arg("-CAkey")
-        .arg(&ca.1)
-        .arg("-CAcreateserial")
-        .arg("-extfile")
-        .arg(&ext)
-        .arg("-out")
-        .arg(&crt);
-    let out = output_within(sign, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cert_pem = std::fs::read_to_string(&crt).unwrap();
-    let key_pem = std::fs::read_to_string(&key).unwrap();
+    let (crt, key) = sign_with_ca(dir, ca, &format!("/CN={name}/O={tag}"), Some(name), tag);
+    let cert_pem = std::fs::read_to_string(&crt).expect("reading what openssl wrote");
+    let key_pem = std::fs::read_to_string(&key).expect("reading what openssl wrote");
     (crt, key, cert_pem, key_pem)
 }
 
@@ -1382,4 +1345,53 @@ pub fn make_ca(dir: &Path, tag: &str, subject: &str) -> (PathBuf, PathBuf, Strin
     );
     let pem = std::fs::read_to_string(&crt).unwrap();
     (crt, key, pem)
+}
+
+/// A certificate signed by the CA `ca` (from [`make_ca`]) for `subject` (`/CN=…`), with a DNS
+/// subjectAltName when `san` is given: `(certificate path, key path)`, named after `tag`.
+pub fn sign_with_ca(
+    dir: &Path,
+    ca: &(PathBuf, PathBuf, String),
+    subject: &str,
+    san: Option<&str>,
+    tag: &str,
+) -> (PathBuf, PathBuf) {
+    let crt = dir.join(format!("{tag}.crt"));
+    let key = dir.join(format!("{tag}.key"));
+    let csr = dir.join(format!("{tag}.csr"));
+    let mut req = Command::new("openssl");
+    req.args(["req", "-new", "-newkey", "ec", "-pkeyopt"])
+        .arg("ec_paramgen_curve:prime256v1")
+        .args(["-nodes", "-subj", subject])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&csr);
+    let out = output_within(req, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut sign = Command::new("openssl");
+    sign.args(["x509", "-req", "-days", "2", "-in"])
+        .arg(&csr)
+        .arg("-CA")
+        .arg(&ca.0)
+        .arg("-CAkey")
+        .arg(&ca.1)
+        .arg("-CAcreateserial");
+    if let Some(name) = san {
+        let ext = dir.join(format!("{tag}.ext"));
+        std::fs::write(&ext, format!("subjectAltName=DNS:{name}\n")).unwrap();
+        sign.arg("-extfile").arg(&ext);
+    }
+    sign.arg("-out").arg(&crt);
+    let out = output_within(sign, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (crt, key)
 }

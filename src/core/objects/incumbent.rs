@@ -112,9 +112,23 @@ impl Resource {
     /// Reads a resource of `kind` (one of `Backend`, `Defaults`, `Global`).
     pub(super) fn from_value(kind: Kind, value: &Value) -> Result<Resource, ParseError> {
         let metadata: ObjectMeta = match value.get("metadata") {
-            Some(m) => serde_json::from_value(m.clone()).map_err(|e| ParseError::Decode {
-                kind: kind.as_str(),
-                reason: format!("metadata: {e}"),
+            Some(m) => super::decode_ref(m, kind.as_str()).map_err(|e| match e {
+                ParseError::Decode {
+                    kind,
+                    field,
+                    reason,
+                    ..
+                } => ParseError::Decode {
+                    kind,
+                    object: super::document_name(value),
+                    field: if field.is_empty() {
+                        "metadata".to_string()
+                    } else {
+                        format!("metadata.{field}")
+                    },
+                    reason,
+                },
+                other => other,
             })?,
             None => ObjectMeta::default(),
         };
@@ -122,7 +136,9 @@ impl Resource {
         if !matches!(spec, Value::Object(_) | Value::Null) {
             return Err(ParseError::Decode {
                 kind: kind.as_str(),
-                reason: "spec is not an object".to_string(),
+                object: super::document_name(value),
+                field: "spec".to_string(),
+                reason: "not an object".to_string(),
             });
         }
         let (mappings, ignored) = table(kind);

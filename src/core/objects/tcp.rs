@@ -31,12 +31,9 @@ pub struct Tcp {
 
 impl Tcp {
     /// Decodes a TCP object and notes the fields of its `spec` that nothing reads.
-    pub(super) fn from_value(value: Value) -> Result<Tcp, ParseError> {
+    pub(super) fn from_value(value: &Value) -> Result<Tcp, ParseError> {
         let raw_spec = value.get("spec").cloned();
-        let mut tcp: Tcp = serde_json::from_value(value).map_err(|e| ParseError::Decode {
-            kind: "TCP",
-            reason: e.to_string(),
-        })?;
+        let mut tcp: Tcp = super::decode_ref(value, "TCP")?;
         if let Some(raw) = raw_spec {
             let read = serde_json::to_value(&tcp.spec).unwrap_or(Value::Null);
             unread_fields(&raw, &read, "spec", &mut tcp.unread);
@@ -296,7 +293,7 @@ mod tests {
             "metadata": {"name": "tcp-1", "namespace": "app"},
         });
         object["spec"] = spec;
-        Tcp::from_value(object)
+        Tcp::from_value(&object)
     }
 
     /// The incumbent's documented example: binds as a map, `v4v6`, `log_format`, more

@@ -806,6 +806,12 @@ impl Ctx {
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
+    /// A regex as an ACL's `-m reg` compiles it.
+    fn get_regex(&mut self, name: Dynamic) -> Dynamic {
+        self.typed(&names(name), parse_acl_regex)
+            .map_or(Dynamic::UNIT, Dynamic::from)
+    }
+
     /// `REPLACEMENT` or `REGEX REPLACEMENT` → `[regex, replacement]`.
     fn get_rewrite(&mut self, name: Dynamic) -> Dynamic {
         self.typed(&names(name), parse_rewrite)
@@ -1049,6 +1055,12 @@ fn names(name: Dynamic) -> Vec<String> {
     }
 }
 
+/// `ctx.regex`: a regex for an ACL pattern (`-m reg`), checked as [`values::parse_regex_at`]
+/// checks it there.
+pub fn parse_acl_regex(v: &str) -> ParseResult<String> {
+    values::parse_regex_at(v, values::RegexPlace::Acl { ignore_case: false })
+}
+
 fn strings_to_array(v: Vec<String>) -> Dynamic {
     Dynamic::from_array(v.into_iter().map(Dynamic::from).collect())
 }
@@ -1132,6 +1144,7 @@ pub(crate) fn register(engine: &mut Engine) {
         "host" => get_host,
         "cookie_name" => get_cookie_name,
         "path" => get_path,
+        "regex" => get_regex,
         "rewrite" => get_rewrite,
         "rewrites" => get_rewrites,
         "http_check" => get_http_check,

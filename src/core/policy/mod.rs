@@ -472,8 +472,9 @@ impl PolicyEngine {
     pub fn run_global(&self, ctx: &HookContext, budget: Budget) -> HookRun<GlobalSettings> {
         hook_run(budget, |budget, diags| {
             let mut out = GlobalSettings::default();
-            self.run(Hook::Global, ctx, budget, diags, |m| {
-                settings::apply_global(m, &mut out)
+            let mut owners = settings::SiteOwners::default();
+            self.run(Hook::Global, ctx, budget, diags, |m, script| {
+                settings::apply_global(m, &mut out, script, &mut owners)
             });
             out
         })
@@ -492,8 +493,9 @@ impl PolicyEngine {
                 diags,
                 |budget, diags| {
                     let mut out = BackendSettings::default();
-                    let read_facts = self.run(Hook::Backend, ctx, budget, diags, |m| {
-                        settings::apply_backend(m, &mut out)
+                    let mut owners = settings::SiteOwners::default();
+                    let read_facts = self.run(Hook::Backend, ctx, budget, diags, |m, script| {
+                        settings::apply_backend(m, &mut out, script, &mut owners)
                     });
                     (Arc::new(out), read_facts)
                 },
@@ -508,8 +510,9 @@ impl PolicyEngine {
             self.whole
                 .run(Hook::Route, scripts, ctx, budget, diags, |budget, diags| {
                     let mut out = RouteOutcome::default();
-                    let read_facts = self.run(Hook::Route, ctx, budget, diags, |m| {
-                        settings::apply_route(m, &mut out)
+                    let mut owners = settings::SiteOwners::default();
+                    let read_facts = self.run(Hook::Route, ctx, budget, diags, |m, script| {
+                        settings::apply_route(m, &mut out, script, &mut owners)
                     });
                     (out, read_facts)
                 })
@@ -524,7 +527,7 @@ impl PolicyEngine {
         ctx: &HookContext,
         budget: &mut Budget,
         diags: &mut Diagnostics,
-        apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+        apply: impl FnMut(&Map, &str) -> Vec<settings::KeyError>,
     ) -> bool {
         let mut calls = self.memo.calls();
         self.run_scripts(hook, ctx, budget, diags, apply, |script, budget, take| {
@@ -549,7 +552,7 @@ impl PolicyEngine {
         ctx: &HookContext,
         budget: &mut Budget,
         diags: &mut Diagnostics,
-        mut apply: impl FnMut(&Map) -> Vec<settings::KeyError>,
+        mut apply: impl FnMut(&Map, &str) -> Vec<settings::KeyError>,
         mut call: impl FnMut(&Script, &mut Budget, &mut dyn FnMut(CallResult<'_>, &[Report])),
     ) {
         for script in self.scripts.iter().filter(|s| s.hooks.contains(&hook)) {
@@ -614,7 +617,7 @@ impl PolicyEngine {
         script: &Script,
         result: CallResult<'_>,
         diags: &mut Diagnostics,
-        apply: &mut impl FnMut(&Map) -> Vec<settings::KeyError>,
+        apply: &mut impl FnMut(&Map, &str) -> Vec<settings::KeyError>,
     ) {
         let script_error = |message: String| Diagnostic {
             severity: Severity::Error,
@@ -628,8 +631,12 @@ impl PolicyEngine {
             Ok(v) if v.is_unit() => {}
             Ok(v) => match v.as_map_ref() {
                 Ok(map) => {
-                    for (key, message) in apply(&map) {
-                        diags.push(script_error(format!("setting {key}: {message}")));
+                    for e in apply(&map, &script.display) {
+                        let mut d = script_error(format!("setting {}: {}", e.key, e.message));
+                        if e.warning {
+                            d.severity = Severity::Warning;
+                        }
+                        diags.push(d);
                     }
                 }
                 Err(_) => diags.push(script_error(

@@ -4,11 +4,13 @@
 //! parsers the accessors use: a script that builds a string by hand still cannot put raw
 //! config text into the model.
 
+use std::collections::BTreeMap;
+
 use rhai::{Dynamic, Map};
 
 use crate::model::{
     BackendSettings, CookiePersistence, GlobalSettings, HttpCheck, RateLimit, RouteSettings,
-    SourcePersistence, Timeout,
+    SiteSettings, SiteValue, SourcePersistence, Timeout,
 };
 use crate::values;
 use crate::values::{CHECK_METHODS, CHECK_VERSIONS};
@@ -69,14 +71,237 @@ fn syslog_servers(v: &Dynamic) -> Result<Vec<crate::model::SyslogServer>, String
     super::global_keys::parse_syslog_servers(&lines.join("\n"))
 }
 
-/// A problem with one returned key.
-pub type KeyError = (String, String);
+/// A problem with one returned key: the key, what is wrong, and whether the value still
+/// applied (a warning) or not (an error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError {
+    pub key: String,
+    pub message: String,
+    pub warning: bool,
+}
 
-pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
+impl KeyError {
+    fn error(key: &str, message: String) -> Self {
+        Self {
+            key: key.to_string(),
+            message,
+            warning: false,
+        }
+    }
+}
+
+/// Which script set each site setting of one object, so that a second script setting the same
+/// key to another value is reported (the later one applies, as for every other key).
+#[derive(Debug, Default)]
+pub struct SiteOwners(BTreeMap<String, String>);
+
+/// The most keys in one object's site settings, and in one map or list inside them.
+pub const MAX_SITE_KEYS: usize = 64;
+/// The deepest nesting of lists and maps inside a site setting (a list of maps is 2).
+pub const MAX_SITE_DEPTH: usize = 4;
+/// The longest string in a site setting, in bytes: HAProxy reads lines of at most 2 KiB.
+pub const MAX_SITE_STRING: usize = 1024;
+/// The most bytes of strings in one object's site settings altogether.
+pub const MAX_SITE_BYTES: usize = 16 * 1024;
+
+/// `site: #{...}`: the site settings a script returned, checked and merged into `out` key by
+/// key. A key another script set to a different value is reported as a warning and this
+/// script's value applies; a bad key or value is an error and that key alone is dropped.
+fn apply_site(
+    value: &Dynamic,
+    script: &str,
+    out: &mut SiteSettings,
+    owners: &mut SiteOwners,
+    errors: &mut Vec<KeyError>,
+) {
+    let Some(map) = value.read_lock::<Map>() else {
+        errors.push(KeyError::error(
+            "site",
+            format!(
+                "expected a map #{{ name: value, ... }}, got {}",
+                value.type_name()
+            ),
+        ));
+        return;
+    };
+    let mut bytes = out.values().map(site_bytes).sum::<usize>();
+    for (key, value) in map.iter() {
+        let key = key.as_str();
+        let field = format!("site.{key}");
+        if value.is_unit() {
+            // `()` unsets what an earlier script set.
+            if let Some(old) = out.remove(key) {
+                bytes -= site_bytes(&old);
+            }
+            owners.0.remove(key);
+            continue;
+        }
+        let checked = site_key(key).and_then(|()| site_value(value, 1));
+        let checked = checked.and_then(|v| {
+            let previous = out.get(key).map_or(0, site_bytes);
+            let total = bytes - previous + site_bytes(&v);
+            if total > MAX_SITE_BYTES {
+                Err(format!(
+                    "the site settings of this object would hold {total} bytes of text; at most {MAX_SITE_BYTES}"
+                ))
+            } else if !out.contains_key(key) && out.len() >= MAX_SITE_KEYS {
+                Err(format!("more than {MAX_SITE_KEYS} site settings"))
+            } else {
+                bytes = total;
+                Ok(v)
+            }
+        });
+        match checked {
+            Ok(v) => {
+                if let Some(earlier) = owners.0.get(key) {
+                    if out.get(key) != Some(&v) && earlier != script {
+                        errors.push(KeyError {
+                            key: field,
+                            message: format!(
+                                "also set by {earlier} to another value; this script's value applies (scripts apply in name order)"
+                            ),
+                            warning: true,
+                        });
+                    }
+                }
+                owners.0.insert(key.to_string(), script.to_string());
+                out.insert(key.to_string(), v);
+            }
+            Err(e) => errors.push(KeyError::error(&field, e)),
+        }
+    }
+}
+
+/// A site setting name, also the name of each map key inside one: a lowercase letter, then
+/// lowercase letters, digits and `_`, at most 64 characters (`site.maintenance_body` in a
+/// template).
+fn site_key(key: &str) -> Result<(), String> {
+    let ok = key.len() <= 64
+        && key.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not a site setting name (a lowercase letter, then lowercase letters, digits and _, at most 64)",
+            crate::diagnostics::quoted(key)
+        ))
+    }
+}
+
+/// A site value at nesting `depth` (1 for the value of a top-level key).
+fn site_value(v: &Dynamic, depth: usize) -> Result<SiteValue, String> {
+    if let Ok(b) = v.as_bool() {
+        return Ok(SiteValue::Bool(b));
+    }
+    if let Ok(n) = v.as_int() {
+        return Ok(SiteValue::Int(n));
+    }
+    if v.is_string() {
+        return site_string(&v.clone().into_string().unwrap_or_default());
+    }
+    let nested = |what: &str| {
+        if depth >= MAX_SITE_DEPTH {
+            Err(format!(
+                "{what} nested deeper than {MAX_SITE_DEPTH} levels of lists and maps"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    if v.is_array() {
+        nested("a list")?;
+        let items = v.clone().into_array().unwrap_or_default();
+        if items.len() > MAX_SITE_KEYS {
+            return Err(format!(
+                "a list of {} elements; at most {MAX_SITE_KEYS}",
+                items.len()
+            ));
+        }
+        return items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| site_value(item, depth + 1).map_err(|e| format!("[{i}]: {e}")))
+            .collect::<Result<_, _>>()
+            .map(SiteValue::List);
+    }
+    if v.is_map() {
+        nested("a map")?;
+        let map = v.clone().cast::<Map>();
+        if map.len() > MAX_SITE_KEYS {
+            return Err(format!(
+                "a map of {} keys; at most {MAX_SITE_KEYS}",
+                map.len()
+            ));
+        }
+        let mut out = BTreeMap::new();
+        for (key, item) in &map {
+            site_key(key)?;
+            let value = site_value(item, depth + 1).map_err(|e| format!("{key}: {e}"))?;
+            out.insert(key.to_string(), value);
+        }
+        return Ok(SiteValue::Map(out));
+    }
+    Err(format!(
+        "expected a bool, an integer, a string, an array or a map, got {}",
+        v.type_name()
+    ))
+}
+
+/// A string of a site setting: a token when the output guard would print it as it is, text
+/// otherwise; text must be quotable (no `'`, no control character).
+pub fn site_string(s: &str) -> Result<SiteValue, String> {
+    let shown = || crate::diagnostics::quoted(s);
+    if s.is_empty() {
+        return Err("an empty string (leave the key out, or return ())".to_string());
+    }
+    if s.len() > MAX_SITE_STRING {
+        return Err(format!(
+            "a string of {} bytes; at most {MAX_SITE_STRING}",
+            s.len()
+        ));
+    }
+    if let Some(c) = s.chars().find(|c| c.is_control()) {
+        return Err(format!("{} contains the control character {c:?}", shown()));
+    }
+    if crate::render::formatter::is_token(s) {
+        return Ok(SiteValue::Token(s.to_string()));
+    }
+    if s.contains('\'') {
+        return Err(format!(
+            "{} is text (not a single token) and contains ', so it cannot be quoted",
+            shown()
+        ));
+    }
+    Ok(SiteValue::Text(s.to_string()))
+}
+
+/// The bytes of text in a site value.
+fn site_bytes(v: &SiteValue) -> usize {
+    match v {
+        SiteValue::Bool(_) | SiteValue::Int(_) => 0,
+        SiteValue::Token(s) | SiteValue::Text(s) => s.len(),
+        SiteValue::List(items) => items.iter().map(site_bytes).sum(),
+        SiteValue::Map(map) => map.iter().map(|(k, v)| k.len() + site_bytes(v)).sum(),
+    }
+}
+
+pub fn apply_global(
+    map: &Map,
+    out: &mut GlobalSettings,
+    script: &str,
+    owners: &mut SiteOwners,
+) -> Vec<KeyError> {
     let mut errors = Vec::new();
     for (key, value) in map {
         let key = key.as_str();
         let result = match key {
+            "site" => {
+                apply_site(value, script, &mut out.site, owners, &mut errors);
+                Ok(())
+            }
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "frontend_snippet" => snippet(value).map(|s| out.frontend_snippet = s),
             "client_ca" => secret(value).map(|s| out.tls.client_ca = Some(s)),
@@ -119,17 +344,26 @@ pub fn apply_global(map: &Map, out: &mut GlobalSettings) -> Vec<KeyError> {
             },
         };
         if let Err(e) = result {
-            errors.push((key.to_string(), e));
+            errors.push(KeyError::error(key, e));
         }
     }
     errors
 }
 
-pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
+pub fn apply_backend(
+    map: &Map,
+    out: &mut BackendSettings,
+    script: &str,
+    owners: &mut SiteOwners,
+) -> Vec<KeyError> {
     let mut errors = Vec::new();
     for (key, value) in map {
         let key = key.as_str();
         let result = match key {
+            "site" => {
+                apply_site(value, script, &mut out.site, owners, &mut errors);
+                Ok(())
+            }
             "balance" => string(value)
                 .and_then(|s| values::parse_balance(&s))
                 .map(|b| out.balance = b.split(' ').map(str::to_string).collect()),
@@ -169,18 +403,27 @@ pub fn apply_backend(map: &Map, out: &mut BackendSettings) -> Vec<KeyError> {
             },
         };
         if let Err(e) = result {
-            errors.push((key.to_string(), e));
+            errors.push(KeyError::error(key, e));
         }
     }
     errors
 }
 
-pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
+pub fn apply_route(
+    map: &Map,
+    out: &mut RouteOutcome,
+    script: &str,
+    owners: &mut SiteOwners,
+) -> Vec<KeyError> {
     let mut errors = Vec::new();
     for (key, value) in map {
         let key = key.as_str();
         let s = std::sync::Arc::make_mut(&mut out.settings);
         let result = match key {
+            "site" => {
+                apply_site(value, script, &mut s.site, owners, &mut errors);
+                Ok(())
+            }
             "set_host" => string(value)
                 .and_then(|h| values::parse_host_header(&h))
                 .map(|h| s.set_host = Some(h)),
@@ -243,7 +486,7 @@ pub fn apply_route(map: &Map, out: &mut RouteOutcome) -> Vec<KeyError> {
             _ => Err(unknown_key(key, "route")),
         };
         if let Err(e) = result {
-            errors.push((key.to_string(), e));
+            errors.push(KeyError::error(key, e));
         }
     }
     errors
@@ -665,10 +908,10 @@ mod tests {
         map.insert("check".into(), true.into());
         map.insert("nonsense".into(), 1.into());
         let mut out = BackendSettings::default();
-        let errors = apply_backend(&map, &mut out);
+        let errors = apply_backend(&map, &mut out, "t.rhai", &mut SiteOwners::default());
         assert!(out.balance.is_empty());
         assert!(out.check);
-        let keys: Vec<_> = errors.iter().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<_> = errors.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, ["balance", "nonsense"]);
     }
 
@@ -692,10 +935,11 @@ mod tests {
         );
         map.insert("maxconn".into(), 0.into());
         let mut out = GlobalSettings::default();
-        let mut keys: Vec<String> = apply_global(&map, &mut out)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect();
+        let mut keys: Vec<String> =
+            apply_global(&map, &mut out, "t.rhai", &mut SiteOwners::default())
+                .into_iter()
+                .map(|e| e.key)
+                .collect();
         keys.sort();
         assert_eq!(keys, ["http_connection_mode", "log_format", "maxconn"]);
         assert_eq!(out.syslog_servers[0].facility, "local3");
@@ -705,7 +949,11 @@ mod tests {
             let mut map = Map::new();
             map.insert("syslog_servers".into(), server(smuggled));
             let mut out = GlobalSettings::default();
-            assert_eq!(apply_global(&map, &mut out).len(), 1, "{smuggled:?}");
+            assert_eq!(
+                apply_global(&map, &mut out, "t.rhai", &mut SiteOwners::default()).len(),
+                1,
+                "{smuggled:?}"
+            );
             assert!(out.syslog_servers.is_empty());
         }
     }
@@ -723,7 +971,7 @@ mod tests {
         let mut map = Map::new();
         map.insert("deny_all".into(), deny(403, vec!["allow-list".into()]));
         let mut out = RouteOutcome::default();
-        assert!(apply_route(&map, &mut out).is_empty());
+        assert!(apply_route(&map, &mut out, "t.rhai", &mut SiteOwners::default()).is_empty());
         let denied = out.settings.deny_all.clone().unwrap();
         assert_eq!(
             (denied.status, denied.because),
@@ -738,7 +986,10 @@ mod tests {
             let mut map = Map::new();
             map.insert("deny_all".into(), bad);
             let mut out = RouteOutcome::default();
-            assert_eq!(apply_route(&map, &mut out).len(), 1);
+            assert_eq!(
+                apply_route(&map, &mut out, "t.rhai", &mut SiteOwners::default()).len(),
+                1
+            );
             assert!(out.settings.deny_all.is_none());
         }
 
@@ -746,7 +997,9 @@ mod tests {
         for unusable in [true, false] {
             let mut map = Map::new();
             map.insert("server_tls_unusable".into(), unusable.into());
-            assert!(apply_backend(&map, &mut backend).is_empty());
+            assert!(
+                apply_backend(&map, &mut backend, "t.rhai", &mut SiteOwners::default()).is_empty()
+            );
         }
         assert!(
             backend.server_tls_unusable,
@@ -756,7 +1009,7 @@ mod tests {
         let mut global = GlobalSettings::default();
         let mut map = Map::new();
         map.insert("client_ca_invalid".into(), true.into());
-        assert!(apply_global(&map, &mut global).is_empty());
+        assert!(apply_global(&map, &mut global, "t.rhai", &mut SiteOwners::default()).is_empty());
         assert!(global.tls.client_ca_invalid && global.tls.client_ca.is_none());
     }
 
@@ -774,7 +1027,7 @@ mod tests {
         let mut map = Map::new();
         map.insert("rate_limit".into(), rate(429, vec!["10.0.0.0/8".into()]));
         let mut out = RouteOutcome::default();
-        assert!(apply_route(&map, &mut out).is_empty());
+        assert!(apply_route(&map, &mut out, "t.rhai", &mut SiteOwners::default()).is_empty());
         let limit = out.settings.rate_limit.clone().unwrap();
         assert_eq!((limit.size.as_str(), limit.status), ("100k", 429));
         assert_eq!(limit.whitelist, ["10.0.0.0/8"]);
@@ -782,7 +1035,10 @@ mod tests {
             let mut map = Map::new();
             map.insert("rate_limit".into(), bad);
             let mut out = RouteOutcome::default();
-            assert_eq!(apply_route(&map, &mut out).len(), 1);
+            assert_eq!(
+                apply_route(&map, &mut out, "t.rhai", &mut SiteOwners::default()).len(),
+                1
+            );
             assert!(out.settings.rate_limit.is_none());
         }
 
@@ -793,11 +1049,121 @@ mod tests {
         map.insert("cookie_persistence".into(), Dynamic::from_map(cookie));
         map.insert("send_proxy".into(), "send-proxy-v2".into());
         let mut out = BackendSettings::default();
-        let keys: Vec<String> = apply_backend(&map, &mut out)
+        let keys: Vec<String> = apply_backend(&map, &mut out, "t.rhai", &mut SiteOwners::default())
             .into_iter()
-            .map(|(k, _)| k)
+            .map(|e| e.key)
             .collect();
         assert_eq!(keys, ["cookie_persistence", "send_proxy"]);
         assert!(out.cookie_persistence.is_none() && out.send_proxy.is_none());
+    }
+
+    fn site_map(entries: Vec<(&str, Dynamic)>) -> Map {
+        let mut site = Map::new();
+        for (k, v) in entries {
+            site.insert(k.into(), v);
+        }
+        let mut map = Map::new();
+        map.insert("site".into(), Dynamic::from_map(site));
+        map
+    }
+
+    /// Site values are plain typed data: strings become tokens or quotable text, nothing
+    /// else gets through, and sizes are bounded; a bad key costs only that key.
+    #[test]
+    fn site_settings_are_typed_data() {
+        let mut nested = Map::new();
+        nested.insert(
+            "types".into(),
+            Dynamic::from_array(vec!["text/html".into()]),
+        );
+        let map = site_map(vec![
+            ("on", true.into()),
+            ("level", 5.into()),
+            ("algo", "gzip".into()),
+            ("body", "Back at 14:00 # soon".into()),
+            ("compression", Dynamic::from_map(nested)),
+            ("newline", "gzip\n  lua-load /x".into()),
+            ("quote", "it's".into()),
+            ("empty", "".into()),
+            ("float", Dynamic::from(1.5_f64)),
+            ("Bad-Key", true.into()),
+            ("long", "x".repeat(MAX_SITE_STRING + 1).into()),
+        ]);
+        let mut out = RouteOutcome::default();
+        let errors = apply_route(&map, &mut out, "a.rhai", &mut SiteOwners::default());
+        let mut keys: Vec<&str> = errors.iter().map(|e| e.key.as_str()).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "site.Bad-Key",
+                "site.empty",
+                "site.float",
+                "site.long",
+                "site.newline",
+                "site.quote"
+            ],
+            "{errors:?}"
+        );
+        assert!(errors.iter().all(|e| !e.warning));
+        let site = &out.settings.site;
+        assert_eq!(site["on"], SiteValue::Bool(true));
+        assert_eq!(site["level"], SiteValue::Int(5));
+        assert_eq!(site["algo"], SiteValue::Token("gzip".into()));
+        assert_eq!(site["body"], SiteValue::Text("Back at 14:00 # soon".into()));
+        let SiteValue::Map(c) = &site["compression"] else {
+            panic!("{site:?}")
+        };
+        assert_eq!(
+            c["types"],
+            SiteValue::List(vec![SiteValue::Token("text/html".into())])
+        );
+        assert!(
+            !out.settings.is_empty(),
+            "site settings make a route policy"
+        );
+
+        // Too deep, too many.
+        let mut deep = Dynamic::from_array(vec![1.into()]);
+        for _ in 0..MAX_SITE_DEPTH {
+            deep = Dynamic::from_array(vec![deep]);
+        }
+        let many = Dynamic::from_array((0..=MAX_SITE_KEYS as i64).map(Dynamic::from).collect());
+        let map = site_map(vec![("deep", deep), ("many", many)]);
+        let mut out = BackendSettings::default();
+        let errors = apply_backend(&map, &mut out, "a.rhai", &mut SiteOwners::default());
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(out.site.is_empty());
+
+        // Not a map at all.
+        let mut map = Map::new();
+        map.insert("site".into(), "compression".into());
+        let mut out = GlobalSettings::default();
+        let errors = apply_global(&map, &mut out, "a.rhai", &mut SiteOwners::default());
+        assert_eq!(errors[0].key, "site");
+    }
+
+    /// Site keys of several scripts merge; the same key set to another value by a later
+    /// script is a warning naming the earlier one, and the later value applies.
+    #[test]
+    fn site_settings_of_several_scripts_merge() {
+        let mut owners = SiteOwners::default();
+        let mut out = BackendSettings::default();
+        let first = site_map(vec![("algo", "gzip".into()), ("level", 1.into())]);
+        assert!(apply_backend(&first, &mut out, "a.rhai", &mut owners).is_empty());
+        let second = site_map(vec![("types", "text/html".into()), ("level", 1.into())]);
+        assert!(apply_backend(&second, &mut out, "b.rhai", &mut owners).is_empty());
+        let third = site_map(vec![("algo", "deflate".into()), ("types", Dynamic::UNIT)]);
+        let errors = apply_backend(&third, &mut out, "c.rhai", &mut owners);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].warning);
+        assert_eq!(errors[0].key, "site.algo");
+        assert!(
+            errors[0].message.contains("also set by a.rhai"),
+            "{errors:?}"
+        );
+        let keys: Vec<&String> = out.site.keys().collect();
+        assert_eq!(keys, ["algo", "level"]);
+        assert_eq!(out.site["algo"], SiteValue::Token("deflate".into()));
     }
 }

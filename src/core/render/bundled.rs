@@ -87,6 +87,26 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/parts/servers.j2"),
     ),
     (
+        "parts/site/backend.j2",
+        include_str!("../../../templates/parts/site/backend.j2"),
+    ),
+    (
+        "parts/site/defaults.j2",
+        include_str!("../../../templates/parts/site/defaults.j2"),
+    ),
+    (
+        "parts/site/frontend.j2",
+        include_str!("../../../templates/parts/site/frontend.j2"),
+    ),
+    (
+        "parts/site/global.j2",
+        include_str!("../../../templates/parts/site/global.j2"),
+    ),
+    (
+        "parts/site/route-policy.j2",
+        include_str!("../../../templates/parts/site/route-policy.j2"),
+    ),
+    (
         "parts/src-ip-header.j2",
         include_str!("../../../templates/parts/src-ip-header.j2"),
     ),

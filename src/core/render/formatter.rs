@@ -25,6 +25,11 @@ fn first_forbidden(s: &str) -> Option<char> {
     }
 }
 
+/// Whether `s` prints as it is: a single config token (not empty).
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty() && first_forbidden(s).is_none()
+}
+
 /// The formatter installed in the environment.
 pub(crate) fn guard(out: &mut Output, _state: &mut State, value: &Value) -> Result<(), Error> {
     // A backend section prints as its text, which haproxy.cfg's writer places by itself.
@@ -110,6 +115,21 @@ pub(crate) fn snippet(value: &str, section: Option<&str>) -> Result<Value, Error
     Ok(Value::from_safe_string(value.trim().to_string()))
 }
 
+/// `policy_condition(p.id)`: the ACL condition "this route's policy applies",
+/// `{ var(txn.policy) -m str <id> }`, to write after `if` in a route policy's rules.
+pub(crate) fn policy_condition(id: &str) -> Result<Value, Error> {
+    let generated =
+        id.len() > 1 && id.starts_with('p') && id[1..].bytes().all(|b| b.is_ascii_hexdigit());
+    if !generated {
+        return Err(error(&format!(
+            "policy_condition: {id:?} is not a route policy id (p.id)"
+        )));
+    }
+    Ok(Value::from_safe_string(format!(
+        "{{ var(txn.policy) -m str {id} }}"
+    )))
+}
+
 fn refuse_bypass(_value: Value) -> Result<Value, Error> {
     Err(error(
         "the safe and escape filters are disabled in Portcullis templates; use q for quoted text",
@@ -122,6 +142,7 @@ pub fn register(env: &mut minijinja::Environment<'static>) {
     env.add_filter("q", quote);
     env.add_filter("lf", log_format_text);
     env.add_filter("snippet", snippet);
+    env.add_function("policy_condition", policy_condition);
     env.add_filter("safe", refuse_bypass);
     env.add_filter("escape", refuse_bypass);
     env.add_filter("e", refuse_bypass);

@@ -184,6 +184,42 @@ impl Section {
     }
 }
 
+/// The hook points of the bundled templates: (the key in `site_parts`, the part's name
+/// without `.j2`). The bundled part of each is empty.
+pub const HOOK_PARTS: &[(&str, &str)] = &[
+    ("global", "parts/site/global"),
+    ("defaults", "parts/site/defaults"),
+    ("frontend", "parts/site/frontend"),
+    ("backend", "parts/site/backend"),
+    ("route_policy", "parts/site/route-policy"),
+];
+
+/// `site_parts`: for each hook point, the site templates to include there, in name order:
+/// `<part>.j2` when a site file overrides it, then every `<part>/NAME.j2` (one per directive
+/// family). The bundled templates include nothing at a point without any: an include costs
+/// a tenth of a backend's rendering, and the bundled parts are empty.
+fn site_parts(files: &[SourceFile]) -> minijinja::Value {
+    HOOK_PARTS
+        .iter()
+        .map(|(key, part)| {
+            let single = format!("{part}.j2");
+            let dir = format!("{part}/");
+            let mut names: Vec<String> = files
+                .iter()
+                .filter(|f| {
+                    (f.name == single && matches!(f.layer, layers::Layer::Site { .. }))
+                        || (f.name.starts_with(&dir) && f.name.ends_with(".j2"))
+                })
+                .map(|f| f.name.clone())
+                .collect();
+            // `<part>.j2` sorts before `<part>/…` ('.' < '/').
+            names.sort_unstable();
+            (*key, names)
+        })
+        .collect::<BTreeMap<&str, Vec<String>>>()
+        .into()
+}
+
 /// Compiled templates.
 #[derive(Debug)]
 pub struct Renderer {
@@ -222,6 +258,7 @@ impl Renderer {
             env.set_syntax(config);
         }
         formatter::register(&mut env);
+        env.add_global("site_parts", site_parts(&files));
         let sections = std::sync::Arc::default();
         sections::register(&mut env, &sections);
         let mut errors = Vec::new();
