@@ -698,7 +698,7 @@ fn dynamic_server_commands(
     }
 }
 
-/// The words of each backend's `default-server` line in `cfg`, by backend (one pass).
+/// The words of each backend's `default-server` lines in `cfg`, by backend (one pass).
 fn default_server_words(cfg: &str) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     let mut backend: Option<&str> = None;
@@ -712,9 +712,12 @@ fn default_server_words(cfg: &str) -> BTreeMap<String, Vec<String>> {
         let Some(name) = backend else {
             continue;
         };
+        // Several lines add up, as HAProxy reads them for the servers after them.
         let mut words = line.split_whitespace();
         if words.next() == Some("default-server") {
-            out.insert(name.to_string(), words.map(str::to_string).collect());
+            out.entry(name.to_string())
+                .or_insert_with(Vec::new)
+                .extend(words.map(str::to_string));
         }
     }
     out
@@ -1207,11 +1210,11 @@ mod tests {
 
     #[test]
     fn default_server_words_are_read_from_the_backend_section() {
-        let cfg = "defaults\n  default-server init-addr last,libc,none\nbackend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n";
+        let cfg = "defaults\n  default-server init-addr last,libc,none\nbackend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n  default-server maxconn 3\n";
         let words = default_server_words(cfg);
         assert_eq!(words["a"], ["check", "inter", "500"]);
         assert!(!words.contains_key("b"));
-        assert_eq!(words["c"], ["ssl", "verify", "none"]);
+        assert_eq!(words["c"], ["ssl", "verify", "none", "maxconn", "3"]);
         assert_eq!(
             words.len(),
             2,
