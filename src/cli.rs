@@ -62,6 +62,9 @@ pub enum Command {
         #[arg(long)]
         deny: bool,
     },
+    /// Serve a validating admission webhook (HTTPS, `POST /validate`) that runs the declared
+    /// annotation checks and the scripts' hooks on the object under review.
+    Webhook(WebhookArgs),
     /// List the effective templates and the layer each comes from.
     Templates {
         #[command(subcommand)]
@@ -99,6 +102,49 @@ pub enum AnnotationsOutput {
     Table,
     Json,
     Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Address and port to serve on.
+    #[arg(
+        long,
+        env = "PORTCULLIS_WEBHOOK_LISTEN",
+        default_value = "0.0.0.0:8443"
+    )]
+    pub listen: std::net::SocketAddr,
+    /// The serving certificate chain (PEM), read again when it changes.
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_CERT")]
+    pub tls_cert: PathBuf,
+    /// The serving certificate's private key (PEM).
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_KEY")]
+    pub tls_key: PathBuf,
+    /// The longest one review may take, e.g. `2s` (the API server's timeout should be longer).
+    #[arg(long, env = "PORTCULLIS_WEBHOOK_DEADLINE", default_value = "2s", value_parser = parse_deadline)]
+    pub deadline: std::time::Duration,
+    /// Site scripts layered over the bundled ones.
+    #[arg(long, alias = "scripts", env = "PORTCULLIS_SCRIPTS_DIR")]
+    pub scripts_dir: Option<PathBuf>,
+    /// The class of the Ingresses reviewed.
+    #[arg(long, env = "PORTCULLIS_INGRESS_CLASS", default_value = "portcullis")]
+    pub ingress_class: String,
+    /// The controller ConfigMap (NAMESPACE/NAME) whose keys are reviewed.
+    #[arg(long, env = "PORTCULLIS_CONFIGMAP", value_parser = Key::parse_namespaced)]
+    pub configmap: Option<Key>,
+    /// As the controller's flag: snippets in the ConfigMap are allowed.
+    #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS")]
+    pub allow_config_snippets: bool,
+    /// As the controller's flag: snippets in annotations too.
+    #[arg(long, env = "PORTCULLIS_ALLOW_CONFIG_SNIPPETS_IN_ANNOTATIONS")]
+    pub allow_config_snippets_in_annotations: bool,
+}
+
+fn parse_deadline(v: &str) -> Result<std::time::Duration, String> {
+    let ms = crate::values::parse_duration(v)?;
+    if ms == 0 || ms > 30_000 {
+        return Err(format!("{v}: between 1ms and 30s"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
 }
 
 #[derive(Debug, Args)]

@@ -11,6 +11,8 @@ pub use portcullis_core::{
 
 /// The admin endpoint: health, readiness, metrics, debug pages.
 pub mod admin;
+/// `portcullis webhook`: admission reviews answered from one object and the scripts.
+pub mod admission;
 /// Writing files and talking to HAProxy to carry out a plan.
 pub mod apply;
 /// `haproxy -c` on a rendered configuration.

@@ -102,6 +102,7 @@ fn main() -> ExitCode {
                 ExitCode::from(exit::INPUT)
             }
         },
+        Command::Webhook(args) => webhook(args),
         Command::Templates {
             command: ListCommand::List,
             templates_dir,
@@ -493,4 +494,63 @@ fn print_out(s: &str) {
 
 fn println_out(s: &str) {
     print_out(&format!("{s}\n"));
+}
+
+/// `portcullis webhook`: serves until SIGTERM or SIGINT.
+fn webhook(args: portcullis::cli::WebhookArgs) -> ExitCode {
+    use portcullis::admission::{review::ReviewConfig, server};
+    init_logging("info", portcullis::cli::LogFormat::Text);
+    let engine = match portcullis::source::site::load_policy(args.scripts_dir.as_deref()) {
+        Ok(engine) => std::sync::Arc::new(engine),
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            return ExitCode::from(exit::INPUT);
+        }
+    };
+    let config = server::ServeConfig {
+        listen: args.listen,
+        cert_file: args.tls_cert,
+        key_file: args.tls_key,
+        deadline: args.deadline,
+        review: ReviewConfig {
+            ingress_class: args.ingress_class,
+            config_map: args.configmap,
+            snippets: portcullis::snippets::SnippetPolicy {
+                allow: args.allow_config_snippets,
+                in_annotations: args.allow_config_snippets_in_annotations,
+            },
+            budget: portcullis::admission::review::REVIEW_OPERATIONS,
+        },
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = async {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    };
+    match runtime.block_on(server::serve(engine, config, shutdown)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(exit::INPUT)
+        }
+    }
 }

@@ -3,7 +3,11 @@
 //! refuses the values the controller refuses and never one the controller accepts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
+
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use cel::{Context, Program, Value as CelValue};
 use proptest::prelude::*;
@@ -61,31 +65,7 @@ struct Compiled {
 
 fn compile() -> Compiled {
     let [policy, _binding] = admission_policy::documents(&rows(), &options());
-    let program = |e: &Value| {
-        let text = e.as_str().unwrap();
-        Program::compile(text).unwrap_or_else(|err| panic!("{text}: {err:?}"))
-    };
-    let spec = &policy["spec"];
-    Compiled {
-        conditions: spec["matchConditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| program(&c["expression"]))
-            .collect(),
-        settings: program(&spec["variables"][0]["expression"]),
-        validations: spec["validations"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| {
-                (
-                    program(&v["expression"]),
-                    v["message"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect(),
-    }
+    compile_documents(&policy)
 }
 
 /// What the API server would do with `object` of `kind` in `namespace`: `None` when the policy
@@ -297,4 +277,119 @@ proptest! {
 fn compile_cached() -> &'static Compiled {
     static POLICY: std::sync::OnceLock<Compiled> = std::sync::OnceLock::new();
     POLICY.get_or_init(compile)
+}
+
+/// The policy as the API server runs it, through the test API server: the real kube client
+/// creates objects, and the bound action decides (`Deny`: 422 with the rule's message; `Warn`:
+/// stored, with the message as a warning).
+#[tokio::test]
+async fn the_api_server_refuses_or_warns_as_the_binding_says() {
+    let server = apiserver::ApiServer::start().await;
+    let client = server.client(None).await;
+    let ingresses: kube::Api<k8s_openapi::api::networking::v1::Ingress> =
+        kube::Api::namespaced(client, "shop");
+    let warned = Arc::new(Mutex::new(Vec::<String>::new()));
+    let install = |deny: bool| {
+        let [policy, binding] =
+            admission_policy::documents(&rows(), &PolicyOptions { deny, ..options() });
+        let compiled = compile_documents(&policy);
+        let actions: Vec<String> = binding["spec"]["validationActions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        let warned = warned.clone();
+        let check: apiserver::AdmissionCheck =
+            Arc::new(move |kind, namespace, _operation, object| {
+                let failed = admit(&compiled, kind, namespace, object).unwrap_or_default();
+                let mut verdict = apiserver::AdmissionVerdict::default();
+                if failed.is_empty() {
+                    return verdict;
+                }
+                let text = format!(
+                    "ValidatingAdmissionPolicy '{0}' with binding '{0}' denied request: {1}",
+                    admission_policy::POLICY_NAME,
+                    failed.join(", ")
+                );
+                if actions.iter().any(|a| a == "Deny") {
+                    verdict.denied = Some(text);
+                } else {
+                    warned.lock().unwrap().push(text.clone());
+                    verdict.warnings.push(text);
+                }
+                verdict
+            });
+        server.set_admission(Some(check));
+    };
+    let object = |name: &str, value: &str| {
+        serde_json::from_value(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {"name": name, "namespace": "shop",
+                         "annotations": {"haproxy.org/timeout-server": value}},
+            "spec": {"ingressClassName": "portcullis"},
+        }))
+        .unwrap()
+    };
+    let create = kube::api::PostParams::default();
+
+    install(true);
+    let refused = ingresses
+        .create(&create, &object("bad", "forever"))
+        .await
+        .unwrap_err();
+    match refused {
+        kube::Error::Api(status) => {
+            assert_eq!(status.code, 422);
+            assert!(
+                status.message.contains("timeout-server: a duration"),
+                "{}",
+                status.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        ingresses.get_opt("bad").await.unwrap().is_none(),
+        "a refused object was stored"
+    );
+    ingresses
+        .create(&create, &object("good", "30s"))
+        .await
+        .unwrap();
+
+    install(false);
+    ingresses
+        .create(&create, &object("bad", "forever"))
+        .await
+        .unwrap();
+    assert!(ingresses.get_opt("bad").await.unwrap().is_some());
+    let warned = warned.lock().unwrap().clone();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("timeout-server"));
+}
+
+fn compile_documents(policy: &Value) -> Compiled {
+    let program = |e: &Value| Program::compile(e.as_str().unwrap()).unwrap();
+    let spec = &policy["spec"];
+    Compiled {
+        conditions: spec["matchConditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| program(&c["expression"]))
+            .collect(),
+        settings: program(&spec["variables"][0]["expression"]),
+        validations: spec["validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| {
+                (
+                    program(&v["expression"]),
+                    v["message"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect(),
+    }
 }

@@ -34,11 +34,23 @@ const OVERLAYS: &[&str] = &["deployment", "daemonset", "external"];
 
 /// Kinds of custom resources that may appear under `deploy/` without a schema to check them
 /// against offline, and why. TCP objects are checked against our own CRD instead.
-const NO_SCHEMA: &[(&str, &str, &str)] = &[(
-    "monitoring.coreos.com/v1",
-    "PrometheusRule",
-    "the Prometheus Operator's CRD is not bundled with the validator",
-)];
+const NO_SCHEMA: &[(&str, &str, &str)] = &[
+    (
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        "the Prometheus Operator's CRD is not bundled with the validator",
+    ),
+    (
+        "cert-manager.io/v1",
+        "Issuer",
+        "cert-manager's CRDs are not bundled with the validator",
+    ),
+    (
+        "cert-manager.io/v1",
+        "Certificate",
+        "cert-manager's CRDs are not bundled with the validator",
+    ),
+];
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -837,4 +849,65 @@ fn every_workload_overlay_ships_a_network_policy() {
             "{name}: the policy opens the debug port"
         );
     }
+}
+
+/// The webhook overlay: its flags exist, it mounts no token and names no role, and it is
+/// called for the same objects the generated policy checks.
+#[test]
+fn the_admission_webhook_overlay_is_consistent() {
+    let objects = overlay("admission-webhook");
+    let deployment = objects
+        .iter()
+        .find(|o| s(o, "kind") == "Deployment")
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"].as_bool(), Some(false));
+    assert!(
+        !objects
+            .iter()
+            .any(|o| s(o, "kind").contains("Role") || s(o, "kind") == "Secret"),
+        "the webhook needs no API access"
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_portcullis"))
+        .args(["webhook", "--help"])
+        .output()
+        .expect("portcullis webhook --help");
+    let help = String::from_utf8_lossy(&help.stdout).to_string();
+    let args = strings(&containers(pod)[0]["args"]);
+    assert_eq!(args[0], "webhook");
+    for arg in &args[1..] {
+        let flag = arg.split('=').next().unwrap_or(arg);
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().split([' ', ',']).any(|w| w == flag)),
+            "portcullis webhook has no flag {flag}"
+        );
+    }
+    let configuration = objects
+        .iter()
+        .find(|o| s(o, "kind") == "ValidatingWebhookConfiguration")
+        .expect("a ValidatingWebhookConfiguration");
+    let hook = &configuration["webhooks"][0];
+    assert_eq!(s(hook, "sideEffects"), "None");
+    assert_eq!(s(hook, "failurePolicy"), "Ignore");
+    assert!(hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 10));
+    let policy = documents(&root().join("deploy/overlays/admission-policy/policy.yaml"))
+        .into_iter()
+        .find(|o| s(o, "kind") == "ValidatingAdmissionPolicy")
+        .expect("the generated policy");
+    let normalized = |v: &Value| {
+        v.as_array()
+            .expect("match conditions")
+            .iter()
+            .map(|c| {
+                let words: Vec<&str> = s(c, "expression").split_whitespace().collect();
+                (s(c, "name").to_string(), words.join(" "))
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        normalized(&hook["matchConditions"]),
+        normalized(&policy["spec"]["matchConditions"]),
+        "the webhook is called for other objects than the policy checks"
+    );
 }

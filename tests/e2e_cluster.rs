@@ -592,17 +592,7 @@ fn the_systemd_unit_restarts_on_failure() {
 
 #[test]
 fn an_ingress_moved_to_another_class_has_our_address_taken_off_its_status() {
-    let cluster = Cluster::start();
-    let mut h = Harness::new();
-    backend(&mut h, &cluster, "web");
-    cluster.apply(&shop_ingress(&[route(
-        Some("shop.example"),
-        "/",
-        "Prefix",
-        "web",
-    )]));
-    let kubeconfig = cluster.kubeconfig(&h.work(), None);
-    h.use_kubeconfig(&kubeconfig);
+    let (cluster, mut h) = shop_routed_to_web();
     h.start(&[
         "--pod-name",
         "one",

@@ -408,29 +408,24 @@ fn hook_points_include_site_parts_in_place_and_order() {
         .unwrap()
         .1;
     std::fs::write(manifests.path().join("m.yaml"), case).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["check", "--manifests"])
-        .arg(manifests.path())
-        .arg("--scripts-dir")
-        .arg(scripts.path())
-        .arg("--templates-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let with_layers = |command: &str| {
+        Command::new(env!("CARGO_BIN_EXE_portcullis"))
+            .args([command, "--manifests"])
+            .arg(manifests.path())
+            .arg("--scripts-dir")
+            .arg(scripts.path())
+            .arg("--templates-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = with_layers("check");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let render = Command::new(env!("CARGO_BIN_EXE_portcullis"))
-        .args(["render", "--manifests"])
-        .arg(manifests.path())
-        .arg("--scripts-dir")
-        .arg(scripts.path())
-        .arg("--templates-dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let render = with_layers("render");
     let cfg = String::from_utf8(render.stdout).unwrap();
     let lines: Vec<&str> = cfg.lines().collect();
     let after = |line: &str| {

@@ -314,6 +314,7 @@ impl ApiServerBuilder {
             next_watcher: 0,
             random: seed,
             faults: Faults::default(),
+            admission: None,
             requests: Vec::new(),
             list_counts: HashMap::new(),
             watch_counts: HashMap::new(),
@@ -659,6 +660,13 @@ impl ApiServer {
         self.shared.lock().faults.fail = None;
     }
 
+    /// Runs `check` on every object created or replaced through the API (POST, PUT; not
+    /// status), as the API server's validating admission does: a refusal answers 422 Invalid
+    /// with its message, warnings come back as `Warning` headers. `None` removes it.
+    pub fn set_admission(&self, check: Option<AdmissionCheck>) {
+        self.shared.lock().admission = check;
+    }
+
     /// Requires `Authorization: Bearer <token>` on every request (401 otherwise); `None` lifts it.
     pub fn require_token(&self, token: Option<&str>) {
         self.shared.lock().faults.token = token.map(str::to_string);
@@ -791,8 +799,20 @@ struct Watcher {
 
 type Key = (String, String);
 
+/// A validating admission step: (kind, namespace, operation, object) → verdict.
+pub type AdmissionCheck = Arc<dyn Fn(&str, &str, &str, &Value) -> AdmissionVerdict + Send + Sync>;
+
+/// What an admission step decided.
+#[derive(Debug, Clone, Default)]
+pub struct AdmissionVerdict {
+    /// The refusal's message; `None`: admitted.
+    pub denied: Option<String>,
+    pub warnings: Vec<String>,
+}
+
 struct State {
     resources: Vec<ResourceDef>,
+    admission: Option<AdmissionCheck>,
     /// gvr -> (namespace, name) -> object.
     objects: HashMap<String, BTreeMap<Key, Value>>,
     rv: u64,
@@ -1499,6 +1519,17 @@ fn resource_request(
     }
     let shape = ctx.shape();
     let status_sub = target.sub.is_some();
+    let mut warnings = Vec::new();
+    if let (Some(check), "create" | "update", false) = (st.admission.clone(), verb, status_sub) {
+        if let Ok(object) = parse_json_body(&ctx.body) {
+            let operation = if verb == "create" { "CREATE" } else { "UPDATE" };
+            let verdict = check(&target.def.kind, target.ns(), operation, &object);
+            if let Some(message) = verdict.denied {
+                return error_response(&ApiError::new(422, "Invalid", message));
+            }
+            warnings = verdict.warnings;
+        }
+    }
     let result = match verb {
         "watch" => {
             *st.watch_counts
@@ -1531,7 +1562,16 @@ fn resource_request(
         _ => Err(ApiError::method_not_allowed()),
     };
     match result {
-        Ok((code, value)) => json_response(code, &value),
+        Ok((code, value)) => {
+            let mut response = json_response(code, &value);
+            for w in warnings {
+                let header = format!("299 - \"{}\"", w.replace('"', "'"));
+                if let Ok(v) = hyper::header::HeaderValue::from_str(&header) {
+                    response.headers_mut().append("warning", v);
+                }
+            }
+            response
+        }
         Err(e) => error_response(&e),
     }
 }
