@@ -6,8 +6,11 @@
 //! plane part: `apt-get install -y wrk`). Cargo builds the `portcullis` binary with the bench
 //! profile first and passes it as `CARGO_BIN_EXE_portcullis`.
 //!
-//! For each k of `HSCALE_K` (default `3,20`) and each N of `HSCALE_N` (default
-//! `100,1000,10000`; empty: the data plane alone):
+//! For each k of `HSCALE_K` (default `3,20`), each N of `HSCALE_N` (default
+//! `100,1000,10000`; empty: the data plane alone) and each server form of `HSCALE_MODES`
+//! (default `slots,dynamic`: before and after in one run; `slots` puts
+//! `scale-server-slots: "42"` in the controller ConfigMap, the form every backend had before
+//! dynamic servers):
 //! 1. writes the synthetic cluster (seed `HSCALE_SEED`, default 1) as JSON lines
 //!    (`00-synth.json`); the first EndpointSlice of up to `HSCALE_CHURN_SERVICES` (default 200)
 //!    Services goes to `10-churn.json`, rewritten by the churn; the bench objects go to
@@ -16,25 +19,34 @@
 //! 2. starts `portcullis run` on that directory and records the time to `/readyz` and to the
 //!    first request answered through HAProxy;
 //! 3. event-to-applied latency (`HSCALE_ROUNDS`, default 20 per scenario, each scenario
-//!    bounded by `HSCALE_LATENCY_BUDGET_SECS`, default 180): one bench pod replaced, and one
-//!    new path on bench.local, from the atomic write of `20-bench.yaml` until a request sees it;
+//!    bounded by `HSCALE_LATENCY_BUDGET_SECS`, default 180): one bench pod replaced; one
+//!    endpoint beyond a former block of slots (bench.local's Service grown to 42 endpoints,
+//!    then one more each round: with slots the first outgrows the block; until `show servers
+//!    state` has it in service); and one new path on bench.local, from the atomic write of
+//!    `20-bench.yaml` until a request sees it;
 //! 4. `haproxy -c` on the generated configuration and a real reload through the master CLI
 //!    (`HSCALE_RELOADS`, default 3, medians): until the new worker is listed by `show proc`,
-//!    and until the old one is gone;
+//!    and until the old one is gone; then as many structural changes through the controller
+//!    (a new Service and host), from the write until the host answers, `haproxy -c` included;
 //! 5. churn: `HSCALE_CHURN_SECS` (default 60) of `HSCALE_CHURN_RATE` (default 20) endpoint
-//!    changes per second within the existing slots, one per second a bench pod (the old pod
-//!    keeps serving for `HSCALE_GRACE_MS`, default 5000, as a terminating pod would), the rest
+//!    changes per second, one per second a bench pod (the old pod keeps serving for
+//!    `HSCALE_GRACE_MS`, default 5000, as a terminating pod would), every 5 s the Service of
+//!    grow.local swinging between none and `HSCALE_GROW` (default 50) endpoints, the rest
 //!    synthetic Services; meanwhile 10 requests per second to bench.local. Reports the reloads
 //!    (expected: 0), failed requests, how long the change made right after the churn takes to
 //!    apply, and what the controller still does in the `HSCALE_DRAIN_SECS` (default 30) after
 //!    that (applies, CPU).
 //!
+//! The bench sets its own `nofile` limit (soft and hard) to `HSCALE_NOFILE` (default 65536; 0
+//! leaves it) with `prlimit` before it starts anything, so HAProxy must start under it; the
+//! worker's RSS is reported at the end of each measurement.
+//!
 //! Health checks: by default a controller ConfigMap (`--configmap portcullis/controller`,
 //! `check: "false"`) turns them off for every Service, here and in the data-plane part.
 //! HAProxy 2.6 reserves one file descriptor per `server` line with `check`, the disabled
-//! server slots included (42 per backend by default), so at N = 1000 it asks for about 37 500
-//! descriptors and refuses to start under a `nofile` limit of 20 000. `HSCALE_CHECKS=1` keeps
-//! the checks the scripts decide (needs a high enough `ulimit -n`).
+//! server slots included (42 per backend with slots), so with slots at N = 1000 it asks for
+//! about 37 500 descriptors and refuses to start under a `nofile` limit of 20 000.
+//! `HSCALE_CHECKS=1` keeps the checks the scripts decide (on by default).
 //!
 //! Then the data plane (`HSCALE_DP`, default 1; needs `wrk`): a synthetic cluster of
 //! `HSCALE_DP_N` (default 1000) Ingresses plus bench.local whose Services all point at a
@@ -147,6 +159,13 @@ struct Options {
     checks: bool,
     /// More controller ConfigMap keys (`HSCALE_CONFIGMAP`), YAML flow entries.
     configmap: String,
+    /// How backends hold their servers: `dynamic` (one per endpoint, added and deleted at run
+    /// time) or `slots` (`scale-server-slots: "42"` in the controller ConfigMap, the form
+    /// before dynamic servers). Each of `HSCALE_MODES` (default `slots,dynamic`) in turn.
+    mode: &'static str,
+    /// Endpoints the grow-and-shrink Service (`grow.local`) swings between during the churn
+    /// (`HSCALE_GROW`, default 50; 0 leaves it out).
+    grow: usize,
 }
 
 impl Options {
@@ -168,6 +187,8 @@ impl Options {
             haproxy: std::env::var("HSCALE_HAPROXY").unwrap_or_else(|_| "haproxy".to_string()),
             checks: env_num("HSCALE_CHECKS", 0) != 0,
             configmap: std::env::var("HSCALE_CONFIGMAP").unwrap_or_default(),
+            mode: "dynamic",
+            grow: env_num("HSCALE_GROW", 50),
         }
     }
 }
@@ -201,6 +222,36 @@ fn sleep_until(t: Instant) {
     }
 }
 
+/// Whether `backend` has a server on `port` that is not in maintenance (`show servers state`).
+fn server_in_service(runtime: &Path, backend: &str, port: u16) -> bool {
+    cli(runtime, &format!("show servers state {backend}")).is_ok_and(|text| {
+        text.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 18
+                && f[18].parse() == Ok(port)
+                && f[6].parse::<u32>().is_ok_and(|admin| admin & 0x01 == 0)
+        })
+    })
+}
+
+/// The `nofile` limit of process `pid`: (soft, hard), from `/proc/<pid>/limits`
+/// (`u64::MAX` for unlimited or unreadable).
+fn open_files_limit(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_default();
+    let mut values = line
+        .trim_start_matches("Max open files")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(u64::MAX));
+    (
+        values.next().unwrap_or(u64::MAX),
+        values.next().unwrap_or(u64::MAX),
+    )
+}
+
 /// Waits for `child` up to `timeout`, then kills it.
 fn reap(child: &mut Child, timeout: Duration) {
     let deadline = Instant::now() + timeout;
@@ -220,6 +271,8 @@ struct Controller {
     http: u16,
     admin: u16,
     master: PathBuf,
+    /// The runtime API (`admin.sock`).
+    runtime: PathBuf,
     config_dir: PathBuf,
 }
 
@@ -239,6 +292,9 @@ impl Controller {
         }
         if !opt.configmap.is_empty() {
             data.push(opt.configmap.as_str());
+        }
+        if opt.mode == "slots" {
+            data.push("scale-server-slots: \"42\"");
         }
         if !data.is_empty() {
             std::fs::write(
@@ -277,6 +333,7 @@ impl Controller {
             http,
             admin,
             master: run_dir.join("master.sock"),
+            runtime: run_dir.join("admin.sock"),
             config_dir,
         }
     }
@@ -713,6 +770,27 @@ fn bench_manifests(endpoints: &[SocketAddr], api: SocketAddr, paths: usize) -> S
     )
 }
 
+/// `grow.local` → Service `grow` with `endpoints` endpoints on loopback port 1 (nothing listens:
+/// health checks are refused at once), for the churn to swing between none and many.
+fn grow_manifests(endpoints: usize) -> String {
+    let list: Vec<String> = (0..endpoints)
+        .map(|i| format!("{{addresses: [\"127.2.{}.{}\"]}}", i / 250, i % 250 + 1))
+        .collect();
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: grow, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: grow.local\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: grow, port: {{number: 80}}}}}}}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: grow, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: grow-0, namespace: bench, labels: {{kubernetes.io/service-name: grow}}}}\naddressType: IPv4\nports: [{{port: 1}}]\nendpoints: [{}]\n",
+        list.join(", ")
+    )
+}
+
+/// `s<round>.structural.local` → a new Service `s<round>` on the api pod: a structural change.
+fn structural_manifests(round: usize, api: SocketAddr) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: s{round}, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: s{round}.structural.local\n    http:\n      paths:\n      - {{path: /, pathType: Prefix, backend: {{service: {{name: s{round}, port: {{number: 80}}}}}}}}\n---\napiVersion: v1\nkind: Service\nmetadata: {{name: s{round}, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata: {{name: s{round}-0, namespace: bench, labels: {{kubernetes.io/service-name: s{round}}}}}\naddressType: IPv4\nports: [{{port: {}}}]\nendpoints: [{{addresses: [\"{}\"]}}]\n",
+        api.port(),
+        api.ip()
+    )
+}
+
 fn synth_config(seed: u64, n: usize, k: usize, tls: bool) -> SynthConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
     SynthConfig {
@@ -811,6 +889,7 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
     );
     f.put("n", "N (Ingresses)", n);
     f.put("k", "k (endpoints per Service)", k);
+    f.put("mode", "servers", opt.mode);
     f.put(
         "objects",
         "objects (synthetic + 7 bench)",
@@ -854,6 +933,11 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         &bench_file,
         &bench_manifests(&addrs(&pods), api.addr, paths),
     );
+    // The Service the churn grows and shrinks, without endpoints to begin with.
+    let grow_file = dir.join("25-grow.yaml");
+    if opt.grow > 0 {
+        write_atomic(&grow_file, &grow_manifests(0));
+    }
 
     // Cold start.
     let t0 = Instant::now();
@@ -949,6 +1033,63 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         endpoint.push(t0.elapsed().as_secs_f64());
         drop(old);
     }
+    // Event-to-applied latency: an endpoint beyond a former block of slots. bench.local's
+    // Service grows to 42 endpoints (one block; not timed), then each round adds one more, up
+    // to 42 + rounds: with slots the first of them outgrows the block.
+    let mut beyond = Vec::new();
+    {
+        let mut wide: Vec<EchoServer> = (pods.len()..42)
+            .map(|i| echo(rt, format!("wide-{i}")))
+            .collect();
+        let all = |pods: &[EchoServer], wide: &[EchoServer]| {
+            let mut a = addrs(pods);
+            a.extend(addrs(wide));
+            a
+        };
+        write_atomic(
+            &bench_file,
+            &bench_manifests(&all(&pods, &wide), api.addr, paths),
+        );
+        wait_for(ctl.http, "/", change_limit, |b| b.starts_with("wide-41 "))
+            .expect("bench.local grown to 42 endpoints");
+        let started = Instant::now();
+        for round in 0..opt.rounds {
+            if started.elapsed() > opt.latency_budget {
+                break;
+            }
+            wide.push(echo(rt, format!("beyond-{round}")));
+            let port = wide.last().unwrap().addr.port();
+            let t0 = Instant::now();
+            write_atomic(
+                &bench_file,
+                &bench_manifests(&all(&pods, &wide), api.addr, paths),
+            );
+            // Applied when HAProxy has the server in service (a request would have to wait
+            // for round robin to come round to it among 43 or more).
+            while !server_in_service(&ctl.runtime, "bench_web_80", port) {
+                assert!(
+                    t0.elapsed() < change_limit,
+                    "endpoint beyond the block not applied"
+                );
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            beyond.push(t0.elapsed().as_secs_f64());
+        }
+        write_atomic(
+            &bench_file,
+            &bench_manifests(&addrs(&pods), api.addr, paths),
+        );
+        // Back to the pods alone: ten answers in a row from them.
+        let t0 = Instant::now();
+        let mut in_a_row = 0;
+        while in_a_row < 10 && t0.elapsed() < change_limit {
+            let pod = get(ctl.http, "bench.local", "/").is_some_and(|(s, b)| {
+                s == 200 && !b.starts_with("wide-") && !b.starts_with("beyond-")
+            });
+            in_a_row = if pod { in_a_row + 1 } else { 0 };
+        }
+        drop(wide);
+    }
     // Event-to-applied latency: a new path.
     let mut path = Vec::new();
     let started = Instant::now();
@@ -967,7 +1108,11 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
             .expect("new path applied");
         path.push(t0.elapsed().as_secs_f64());
     }
-    for (name, samples) in [("ep", &mut endpoint), ("path", &mut path)] {
+    for (name, samples) in [
+        ("ep", &mut endpoint),
+        ("beyond", &mut beyond),
+        ("path", &mut path),
+    ] {
         // The slowest rounds by number, before sorting: a slow first round is a warm-up.
         let mut slowest: Vec<(usize, f64)> = samples.iter().copied().enumerate().collect();
         slowest.sort_by(|a, b| b.1.total_cmp(&a.1));
@@ -1005,6 +1150,21 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         "ep_max_ms",
         "endpoint change: max (ms)",
         endpoint.last().copied().unwrap_or(f64::NAN),
+    );
+    f.put(
+        "beyond_rounds",
+        "endpoint beyond a former block of 42 slots: rounds",
+        beyond.len(),
+    );
+    f.ms(
+        "beyond_p50_ms",
+        "endpoint beyond a former block of 42 slots: p50 (ms)",
+        percentile(&beyond, 0.5),
+    );
+    f.ms(
+        "beyond_p99_ms",
+        "endpoint beyond a former block of 42 slots: p99 (ms)",
+        percentile(&beyond, 0.99),
     );
     f.put("path_rounds", "new path: rounds", path.len());
     f.ms("path_p50_ms", "new path: p50 (ms)", percentile(&path, 0.5));
@@ -1095,6 +1255,33 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         median(&reload_gone),
     );
     f.put("reload_runs", "reload runs", reload_new.len());
+    // A structural change through the controller: a new Service and host, from the write of
+    // its manifest until it answers (`haproxy -c`, the files, the reload and its check).
+    let mut structural = Vec::new();
+    for round in 0..opt.reloads.max(1) {
+        let host = format!("s{round}.structural.local");
+        let t0 = Instant::now();
+        write_atomic(
+            &dir.join(format!("30-structural-{round}.yaml")),
+            &structural_manifests(round, api.addr),
+        );
+        let deadline = t0 + change_limit;
+        while !get(ctl.http, &host, "/").is_some_and(|(s, b)| s == 200 && b.starts_with("api-0 ")) {
+            assert!(Instant::now() < deadline, "{host} not served");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        structural.push(t0.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    progress!(
+        "N={n}: structural change applied in {:.0} ms (median)",
+        median(&structural) * 1e3
+    );
+    f.ms(
+        "structural_ms",
+        "structural change through the controller, `haproxy -c` and reload included (ms, median)",
+        median(&structural),
+    );
     // After the reloads, bench.local still answers.
     wait_for(ctl.http, "/", change_limit, |b| b.starts_with("new-")).expect("serving after reload");
 
@@ -1110,6 +1297,7 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
             &mut churn_lines,
             &churn_file,
             &bench_file,
+            &grow_file,
             &mut pods,
             &api,
             paths,
@@ -1127,6 +1315,12 @@ fn measure_scale(rt: &Runtime, n: usize, opt: &Options) -> Figures {
         "HAProxy worker RSS at the end (MiB)",
         status_mib(worker, "VmRSS:"),
     );
+    let (soft, hard) = open_files_limit(worker);
+    f.put(
+        "haproxy_nofile",
+        "HAProxy worker `nofile`: as HAProxy raised it / hard limit",
+        format!("{soft} / {hard}"),
+    );
     drop(ctl);
     drop(work);
     f
@@ -1143,6 +1337,7 @@ fn churn(
     churn_lines: &mut [String],
     churn_file: &Path,
     bench_file: &Path,
+    grow_file: &Path,
     pods: &mut [EchoServer],
     api: &EchoServer,
     paths: usize,
@@ -1190,7 +1385,7 @@ fn churn(
     let rate = opt.churn_rate;
     let total = opt.churn_secs * rate;
     let period = Duration::from_secs_f64(1.0 / rate as f64);
-    let (mut synthetic, mut bench, mut generation) = (0u64, 0u64, 0u64);
+    let (mut synthetic, mut bench, mut generation, mut swings) = (0u64, 0u64, 0u64, 0u64);
     let mut replace_pod = |round: u64, dying: &mut VecDeque<(Instant, EchoServer)>| {
         let fresh = echo(rt, format!("churn-{round}"));
         let name = fresh.name.clone();
@@ -1207,6 +1402,11 @@ fn churn(
         if j % rate == 0 {
             replace_pod(j, &mut dying);
             bench += 1;
+        } else if opt.grow > 0 && j % (5 * rate) == rate / 2 {
+            // Every 5 s, grow.local's Service swings between none and `grow` endpoints.
+            swings += 1;
+            let endpoints = if swings % 2 == 1 { opt.grow } else { 0 };
+            write_atomic(grow_file, &grow_manifests(endpoints));
         } else {
             generation += 1;
             let pos = usize::try_from(generation).unwrap() % churn_idx.len();
@@ -1274,6 +1474,11 @@ fn churn(
             synthetic + bench,
             churn_wall.as_secs_f64()
         ),
+    );
+    f.put(
+        "churn_grow_swings",
+        "churn: grow.local swung between 0 and HSCALE_GROW endpoints",
+        swings,
     );
     f.put(
         "churn_reloads",
@@ -2114,13 +2319,48 @@ fn main() {
     let rt = Runtime::new().unwrap();
     let started = Instant::now();
 
+    // HAProxy must start under this `nofile` limit (`HSCALE_NOFILE`, default 65536; 0 leaves
+    // the limit as it is): set on this process, so every HAProxy the bench starts inherits it.
+    // Where the hard limit is lower already, the lower one is kept: a stricter test.
+    let nofile: u64 = env_num("HSCALE_NOFILE", 65536);
+    if nofile > 0 {
+        let limit = nofile.min(open_files_limit(std::process::id()).1);
+        let set = Command::new("prlimit")
+            .arg("--pid")
+            .arg(std::process::id().to_string())
+            .arg(format!("--nofile={limit}:{limit}"))
+            .status();
+        assert!(
+            set.is_ok_and(|s| s.success()),
+            "prlimit --nofile={limit} failed (util-linux; or set HSCALE_NOFILE=0)"
+        );
+        progress!("nofile limit {limit} (asked for {nofile})");
+    }
+    let modes: Vec<&'static str> = std::env::var("HSCALE_MODES")
+        .unwrap_or_else(|_| "slots,dynamic".to_string())
+        .split(',')
+        .map(|m| match m.trim() {
+            "slots" => "slots",
+            "dynamic" => "dynamic",
+            other => panic!("HSCALE_MODES: {other:?} is neither slots nor dynamic"),
+        })
+        .collect();
     let mut measured = Vec::new();
     for &k in &ks {
-        let opt = Options { k, ..opt.clone() };
         for &n in &ns {
-            let t = Instant::now();
-            measured.push(measure_scale(&rt, n, &opt));
-            progress!("N={n} k={k}: done in {:.0} s", t.elapsed().as_secs_f64());
+            for &mode in &modes {
+                let opt = Options {
+                    k,
+                    mode,
+                    ..opt.clone()
+                };
+                let t = Instant::now();
+                measured.push(measure_scale(&rt, n, &opt));
+                progress!(
+                    "N={n} k={k} {mode}: done in {:.0} s",
+                    t.elapsed().as_secs_f64()
+                );
+            }
         }
     }
 
@@ -2168,11 +2408,15 @@ fn main() {
         let mut header = String::from("| figure |");
         let mut rule = String::from("|---|");
         for f in &measured {
-            let _ = write!(header, " N = {}, k = {} |", f.0[0].2, f.0[1].2);
+            let _ = write!(
+                header,
+                " N = {}, k = {}, {} |",
+                f.0[0].2, f.0[1].2, f.0[2].2
+            );
             rule.push_str("---:|");
         }
         println!("{header}\n{rule}");
-        for (i, (_, label, _)) in first.0.iter().enumerate().skip(2) {
+        for (i, (_, label, _)) in first.0.iter().enumerate().skip(3) {
             let mut line = format!("| {label} |");
             for f in &measured {
                 let _ = write!(line, " {} |", f.0.get(i).map_or("", |v| v.2.as_str()));

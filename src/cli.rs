@@ -341,6 +341,10 @@ pub struct HaproxyArgs {
     /// Changes arriving within this quiet period are applied together (e.g. 100ms).
     #[arg(long, env = "PORTCULLIS_SYNC_DEBOUNCE", default_value = "100ms", value_parser = debounce)]
     pub sync_debounce: std::time::Duration,
+    /// How long a removed endpoint's open connections may take to finish before its server
+    /// is deleted; past it they are closed (e.g. 30s, at most 1h).
+    #[arg(long, env = "PORTCULLIS_SERVER_DRAIN_TIMEOUT", default_value = "30s", value_parser = drain_timeout)]
+    pub server_drain_timeout: std::time::Duration,
     /// Log filter, e.g. `info` or `portcullis=debug,haproxy=warn`.
     #[arg(long, env = "PORTCULLIS_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -399,6 +403,15 @@ fn debounce(v: &str) -> Result<std::time::Duration, String> {
     let ms = crate::values::parse_duration(v)?;
     if ms > 10_000 {
         return Err(format!("{v:?} is longer than 10s"));
+    }
+    Ok(std::time::Duration::from_millis(ms))
+}
+
+/// A drain timeout: a duration such as `30s`, at most 1h.
+fn drain_timeout(v: &str) -> Result<std::time::Duration, String> {
+    let ms = crate::values::parse_duration(v)?;
+    if ms > 3_600_000 {
+        return Err(format!("{v:?} is longer than 1h"));
     }
     Ok(std::time::Duration::from_millis(ms))
 }

@@ -54,6 +54,8 @@ pub struct RunConfig {
     /// `--debug-addr`: the debug pages' own listener (see [`admin::Surface::split`]).
     pub debug_addr: Option<SocketAddr>,
     pub debounce: Duration,
+    /// `--server-drain-timeout`.
+    pub drain_timeout: Duration,
 }
 
 /// Why `run` stopped other than by a requested shutdown.
@@ -259,7 +261,10 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         supervision(&config),
         Client::new(&admin_socket, Duration::from_secs(5)),
         metrics.clone(),
-    );
+    )
+    .with_drain_timeout(config.drain_timeout);
+    // Removed dynamic servers are deleted once drained, looked at this often.
+    let mut drains = tokio::time::interval(Duration::from_millis(250));
 
     use tokio::signal::unix::{SignalKind, signal};
     let mut sigterm = signal(SignalKind::terminate()).map_err(RunError::Signals)?;
@@ -317,6 +322,7 @@ pub async fn run(config: RunConfig) -> Result<(), RunError> {
         tokio::select! {
             _ = sigterm.recv() => break Ok(()),
             _ = sigint.recv() => break Ok(()),
+            _ = drains.tick(), if applier.draining() => applier.drain().await,
             _ = health.tick() => {
                 if let Source::Cluster(c) = &source {
                     let detail = c.observe(&metrics);

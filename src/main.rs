@@ -308,6 +308,7 @@ fn run_config(args: &RunArgs) -> RunConfig {
         admin_addr: args.haproxy.admin_addr,
         debug_addr: args.haproxy.debug_addr,
         debounce: args.haproxy.sync_debounce,
+        drain_timeout: args.haproxy.server_drain_timeout,
     }
 }
 
@@ -366,6 +367,7 @@ async fn demo(args: DemoArgs) -> Result<(), RunError> {
         admin_addr: args.admin_addr,
         debug_addr: None,
         debounce: std::time::Duration::from_millis(100),
+        drain_timeout: portcullis::apply::DEFAULT_DRAIN_TIMEOUT,
     };
     let port = args.http_bind_port;
     eprintln!(

@@ -251,7 +251,17 @@ fn cookie_persistence_pins_clients_to_pods() {
             BTreeSet::from([pod.clone()])
         );
     }
-    assert_eq!(cookies_by_pod(&h, "/web", "WEBSESSION", 4).len(), 4);
+    // The added pod has a dynamic cookie of its own, which pins its clients too.
+    let four = cookies_by_pod(&h, "/web", "WEBSESSION", 4);
+    let added = &four["web-3"];
+    assert!(
+        added.len() == 16 && added.bytes().all(|b| b.is_ascii_hexdigit()),
+        "web-3 (added at run time) got the cookie {added:?}"
+    );
+    assert_eq!(
+        pinned(&h, "/web", "WEBSESSION", added, 8),
+        BTreeSet::from(["web-3".to_string()])
+    );
 
     // A new key in the Secret gives every pod a new cookie: the value is the key's hash.
     h.write("key.yaml", &cookie_key_secret("second-key-9876543210"));

@@ -7,26 +7,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use support::*;
 
 const NS: &str = "shop";
-
-/// A certificate for `name` signed by the CA: `(certificate path, key path, cert PEM, key PEM)`.
-fn make_signed(
-    dir: &Path,
-    ca: &(PathBuf, PathBuf, String),
-    name: &str,
-    tag: &str,
-) -> (PathBuf, PathBuf, String, String) {
-    let (crt, key) = sign_with_ca(dir, ca, &format!("/CN={name}/O={tag}"), Some(name), tag);
-    let cert_pem = std::fs::read_to_string(&crt).unwrap();
-    let key_pem = std::fs::read_to_string(&key).unwrap();
-    (crt, key, cert_pem, key_pem)
-}
 
 /// A Secret with `ca.crt`.
 fn ca_secret(name: &str, pem: &str) -> String {

@@ -25,6 +25,12 @@ pub use plan::{Applied, Plan};
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long HAProxy may take to start.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default of `--server-drain-timeout`.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// After a drain's time is up and its streams are shut, how long idle connections HAProxy
+/// keeps to the server may take to be purged before `del server` is given up on (the server
+/// then stays in maintenance until the next reload, which leaves it out).
+const DRAIN_PURGE_GRACE: Duration = Duration::from_secs(15);
 
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +103,11 @@ pub struct Applier {
     /// The files last written to the configuration directory, so that unchanged ones are
     /// not read back to be compared.
     written: Option<crate::render::RenderedConfig>,
+    /// Dynamic servers in maintenance waiting to be deleted, with when they were put there
+    /// and whether their streams were shut after `drain_timeout`.
+    draining: std::collections::BTreeMap<plan::Drain, (std::time::Instant, bool)>,
+    /// How long a removed server's connections may take to finish.
+    drain_timeout: Duration,
 }
 
 impl Applier {
@@ -117,6 +128,122 @@ impl Applier {
             owed_reload: None,
             loaded: None,
             written: None,
+            draining: std::collections::BTreeMap::new(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
+
+    /// Gives removed servers' connections `timeout` to finish (`--server-drain-timeout`).
+    pub fn with_drain_timeout(mut self, timeout: Duration) -> Self {
+        self.drain_timeout = timeout;
+        self
+    }
+
+    /// Whether removed servers are waiting to be deleted ([`Applier::drain`]).
+    pub fn draining(&self) -> bool {
+        !self.draining.is_empty()
+    }
+
+    /// Deletes the removed dynamic servers whose connections are gone: `del server` succeeds
+    /// only for a server in maintenance without streams, queued requests or idle connections,
+    /// so it is the test. A server still busy after the drain timeout has its streams shut
+    /// (`shutdown sessions server`); one that still cannot be deleted some time later stays in
+    /// maintenance, taking no traffic, until the next reload leaves it out.
+    pub async fn drain(&mut self) {
+        let now = std::time::Instant::now();
+        let pending: Vec<(plan::Drain, (std::time::Instant, bool))> =
+            self.draining.iter().map(|(d, s)| (d.clone(), *s)).collect();
+        for (drain, (since, shut)) in pending {
+            let del = plan::command::Command::DelServer {
+                backend: drain.backend.clone(),
+                server: drain.server.clone(),
+            };
+            let answer = match self.runtime.execute(&del).await {
+                Ok(_) => {
+                    self.metrics.runtime_commands.inc(&[del.name(), "ok"]);
+                    tracing::info!(backend = %drain.backend, server = %drain.server, waited_ms = since.elapsed().as_millis() as u64, "removed server drained and deleted");
+                    self.draining.remove(&drain);
+                    continue;
+                }
+                Err(crate::haproxy::client::ClientError::Rejected { answer, .. }) => answer,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot delete a drained server yet");
+                    continue;
+                }
+            };
+            if !answer.contains("connections") {
+                // Gone already (a reload by someone else), or back in service: not ours to
+                // delete any more.
+                tracing::info!(backend = %drain.backend, server = %drain.server, answer = %answer, "not deleting a removed server");
+                self.draining.remove(&drain);
+                continue;
+            }
+            let waited = now.saturating_duration_since(since);
+            if waited >= self.drain_timeout && !shut {
+                let shutdown = plan::command::Command::ShutdownSessions {
+                    backend: drain.backend.clone(),
+                    server: drain.server.clone(),
+                };
+                let outcome = match self.runtime.execute(&shutdown).await {
+                    Ok(_) => "ok",
+                    Err(_) => "error",
+                };
+                self.metrics
+                    .runtime_commands
+                    .inc(&[shutdown.name(), outcome]);
+                tracing::warn!(backend = %drain.backend, server = %drain.server, timeout_s = self.drain_timeout.as_secs_f64(), "removed server still had connections after the drain timeout; closed them");
+                self.draining.insert(drain, (since, true));
+            } else if waited >= self.drain_timeout + DRAIN_PURGE_GRACE {
+                tracing::warn!(backend = %drain.backend, server = %drain.server, answer = %answer, "removed server cannot be deleted; it stays in maintenance until the next reload");
+                self.draining.remove(&drain);
+            }
+        }
+    }
+
+    /// `commands` with each `add server` of a server still draining replaced by moving that
+    /// server (its name is taken until it is deleted): the same endpoint back, or, rarely,
+    /// another one that now has its id. It is no longer drained.
+    fn reuse_draining(
+        &mut self,
+        commands: Vec<plan::command::Command>,
+    ) -> Vec<plan::command::Command> {
+        use plan::command::Command;
+        if self.draining.is_empty() {
+            return commands;
+        }
+        commands
+            .into_iter()
+            .map(|c| match c {
+                Command::AddServer {
+                    backend,
+                    server,
+                    addr,
+                    port,
+                    ..
+                } if self
+                    .draining
+                    .remove(&plan::Drain {
+                        backend: backend.clone(),
+                        server: server.clone(),
+                    })
+                    .is_some() =>
+                {
+                    Command::SetServerAddr {
+                        backend,
+                        server,
+                        addr,
+                        port,
+                    }
+                }
+                c => c,
+            })
+            .collect()
+    }
+
+    fn start_draining(&mut self, drains: Vec<plan::Drain>) {
+        let now = std::time::Instant::now();
+        for drain in drains {
+            self.draining.entry(drain).or_insert((now, false));
         }
     }
 
@@ -176,8 +303,9 @@ impl Applier {
         {
             return Ok(Outcome::Unchanged);
         }
-        let count = plan.commands.len();
-        for command in &plan.commands {
+        let commands = self.reuse_draining(std::mem::take(&mut plan.commands));
+        let count = commands.len();
+        for command in &commands {
             match self.runtime.execute(command).await {
                 Ok(_) => self.metrics.runtime_commands.inc(&[command.name(), "ok"]),
                 Err(e) => {
@@ -202,6 +330,7 @@ impl Applier {
             "runtime commands sent, files written"
         );
         self.loaded = Some(new.rendered.clone());
+        self.start_draining(plan.drains);
         let mut running = new;
         if let Some(tls) = plan.running_tls {
             running.model.tls = std::sync::Arc::new(tls);
@@ -285,6 +414,9 @@ impl Applier {
             .inc(&[reasons.first().map_or("configuration", |r| reason_label(r))]);
         self.owed_reload = None;
         self.loaded = Some(new.rendered.clone());
+        // The new workers have only the servers of the new configuration; the old ones finish
+        // their connections on their own.
+        self.draining.clear();
         self.repair_servers(&new).await;
         let foreign = self.remove_unreferenced(&new);
         if !foreign.is_empty() {
@@ -332,7 +464,12 @@ impl Applier {
         let Some(running) = &self.running else {
             return;
         };
-        let (commands, model) = plan::runtime_only(running, new);
+        let (commands, model, drains) = plan::runtime_only(running, new);
+        // Later plans start from what HAProxy now runs; the rendered files are the new ones so
+        // that returning to the old configuration is seen as a change.
+        let next = Applied::with_structure_of(model, new.rendered.clone(), running);
+        let commands = self.reuse_draining(commands);
+        self.start_draining(drains);
         let mut sent = 0;
         for command in &commands {
             match self.runtime.execute(command).await {
@@ -354,13 +491,7 @@ impl Applier {
                 "applied the runtime part of a configuration that cannot be loaded"
             );
         }
-        // Later plans start from what HAProxy now runs; the rendered files are the new ones so
-        // that returning to the old configuration is seen as a change.
-        self.running = Some(Applied::with_structure_of(
-            model,
-            new.rendered.clone(),
-            running,
-        ));
+        self.running = Some(next);
     }
 
     /// After a reload, checks every server against the model and repairs what differs, so

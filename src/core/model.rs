@@ -649,7 +649,8 @@ pub struct Backend {
     pub settings: Arc<BackendSettings>,
     /// Route-scope settings of the routes that lead here, applied per route policy id.
     pub policies: Vec<RoutePolicy>,
-    /// `SRV_1..SRV_n`. Shared: unchanged endpoints give the same slots run after run.
+    /// The servers: `SRV_<id>` for each endpoint (dynamic servers), or the slots
+    /// `SRV_1..SRV_n`. Shared: unchanged endpoints give the same servers run after run.
     pub servers: Arc<ServerSlots>,
 }
 
@@ -741,18 +742,30 @@ impl Serialize for Address {
 /// The port HAProxy is given for an unused (disabled) slot.
 pub const UNUSED_SLOT_PORT: u16 = 1;
 
-/// A backend's server slots `SRV_1..SRV_n`, of which only the used ones are stored.
+/// A backend's servers, in one of two forms:
 ///
-/// A backend has at least one block of slots (42 by default) so that endpoints can come and go
-/// through the runtime API, and most of them are unused: stored one by one, the slots were the
-/// largest part of the model at 10 000 Services (2 KiB a backend). Equal slot lists compare
-/// equal; templates see the whole list (serialized slot by slot).
+/// - **dynamic servers** (the default): one server per endpoint, `SRV_<id>` with the id
+///   [`crate::translate::slots::assign_ids`] gives it, added and deleted at run time. Held as
+///   the slots of the whole id space (`1..=MAX_SERVER_ID`, slot `index` being id `index + 1`)
+///   of which only the endpoints' are used; templates and iteration see only those.
+/// - **slots** `SRV_1..SRV_n`, of which only the used ones are stored: at least one block (42
+///   by default) so that endpoints can come and go through the runtime API, most of them
+///   unused, for backends HAProxy cannot add servers to at run time
+///   ([`crate::translate::slot_reason`]).
+///
+/// Equal server lists compare equal; templates see the whole list (serialized server by
+/// server).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServerSlots {
     count: u32,
+    /// Dynamic servers rather than slots.
+    dynamic: bool,
     /// The used slots, by ascending index.
     used: Vec<UsedSlot>,
 }
+
+/// The largest server id HAProxy takes (a positive C `int`).
+pub const MAX_SERVER_ID: u32 = i32::MAX as u32;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 struct UsedSlot {
@@ -766,8 +779,50 @@ impl ServerSlots {
     pub fn unused(count: usize) -> Self {
         Self {
             count: u32::try_from(count).unwrap_or(u32::MAX),
+            dynamic: false,
             used: Vec::new(),
         }
+    }
+
+    /// Dynamic servers: `(id, address, port)` each, ids in `1..=MAX_SERVER_ID` and unique
+    /// (others are left out).
+    pub fn dynamic(servers: impl IntoIterator<Item = (u32, Address, u16)>) -> Self {
+        let mut out = Self {
+            count: MAX_SERVER_ID,
+            dynamic: true,
+            used: Vec::new(),
+        };
+        for (id, address, port) in servers {
+            if let Some(index) = id.checked_sub(1) {
+                out.set(index as usize, Some((address, port)));
+            }
+        }
+        out
+    }
+
+    /// Whether these are dynamic servers rather than slots.
+    pub fn is_dynamic(&self) -> bool {
+        self.dynamic
+    }
+
+    /// How many servers hold an endpoint.
+    pub fn used_count(&self) -> usize {
+        self.used.len()
+    }
+
+    /// The name of the server at `index`: `SRV_<index + 1>`. Slot names come from the shared
+    /// table; dynamic servers' ids are spread over the whole id space, so theirs are made.
+    pub fn name_at(&self, index: usize) -> Arc<str> {
+        if self.dynamic {
+            Arc::from(format!("{SLOT_NAME_PREFIX}{}", index + 1))
+        } else {
+            slot_name(index)
+        }
+    }
+
+    /// The slot indexes of the used servers, in order.
+    pub fn used_indexes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.used.iter().map(|u| u.index as usize)
     }
 
     /// `count` slots, slot `i` holding `occupants[i]` (`(address, port)`) where there is one.
@@ -798,7 +853,7 @@ impl ServerSlots {
 
     /// Slot `index` (`None` past the end).
     pub fn get(&self, index: usize) -> Option<ServerSlot> {
-        (index < self.len()).then(|| self.slot(index, slot_name(index)))
+        (index < self.len()).then(|| self.slot(index, self.name_at(index)))
     }
 
     fn slot(&self, index: usize, name: Arc<str>) -> ServerSlot {
@@ -828,10 +883,12 @@ impl ServerSlots {
         #[derive(Serialize)]
         struct Compact<'a> {
             count: u32,
+            dynamic: bool,
             used: &'a [UsedSlot],
         }
         Compact {
             count: self.count,
+            dynamic: self.dynamic,
             used: &self.used,
         }
     }
@@ -845,6 +902,9 @@ impl ServerSlots {
     /// (`first..=last`, slot indexes). A backend of 42 slots and 3 endpoints is at most 7
     /// runs, which the bundled template prints as `server` and `server-template` lines.
     pub fn runs(&self) -> Vec<SlotRun> {
+        if self.dynamic {
+            return self.used_indexes().map(SlotRun::Used).collect();
+        }
         let mut runs = Vec::with_capacity(2 * self.used.len() + 1);
         let mut next = 0usize;
         for used in &self.used {
@@ -867,10 +927,13 @@ impl ServerSlots {
         runs
     }
 
-    /// Every slot, in order.
-    pub fn iter(&self) -> impl Iterator<Item = ServerSlot> + '_ {
+    /// Every slot in order; of dynamic servers, the used ones.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = ServerSlot> + '_> {
+        if self.dynamic {
+            return Box::new(self.used_indexes().map(|i| self.slot(i, self.name_at(i))));
+        }
         let names = slot_names(self.len());
-        (0..self.len()).map(move |i| self.slot(i, names[i].clone()))
+        Box::new((0..self.len()).map(move |i| self.slot(i, names[i].clone())))
     }
 
     /// Puts `occupant` (`(address, port)`) in slot `index`, or leaves it unused. Past the end,
@@ -952,13 +1015,29 @@ impl ServerSlots {
 }
 
 impl Serialize for ServerSlots {
-    /// As the list of every slot, without copying addresses.
+    /// As the list of every slot (of dynamic servers, every server with its `id`), without
+    /// copying addresses.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
         struct Slot<'a> {
             name: &'a str,
             address: Option<&'a Address>,
             port: u16,
+        }
+        #[derive(Serialize)]
+        struct Server<'a> {
+            name: String,
+            id: u32,
+            address: &'a Address,
+            port: u16,
+        }
+        if self.dynamic {
+            return serializer.collect_seq(self.used.iter().map(|u| Server {
+                name: format!("{SLOT_NAME_PREFIX}{}", u.index + 1),
+                id: u.index + 1,
+                address: &u.address,
+                port: u.port,
+            }));
         }
         let names = slot_names(self.len());
         let mut used = self.used.iter().peekable();
@@ -1059,8 +1138,11 @@ pub struct BackendSettings {
     pub forwarded_for: bool,
     /// `option abortonclose`: a request whose client has gone is not sent to a pod.
     pub abortonclose: bool,
-    /// Server slots come in blocks of this size.
+    /// Server slots come in blocks of this size (backends on slots only).
     pub slots_block: u32,
+    /// `scale-server-slots` is set: the backend keeps pre-allocated slots instead of dynamic
+    /// servers.
+    pub server_slots: bool,
     /// `stick on src` with a stick table (shared with the peers when there are any).
     pub source_persistence: Option<SourcePersistence>,
     /// `cookie <name> insert indirect nocache [dynamic]`.
@@ -1100,6 +1182,7 @@ impl Default for BackendSettings {
             forwarded_for: false,
             abortonclose: false,
             slots_block: DEFAULT_SLOTS_BLOCK,
+            server_slots: false,
             source_persistence: None,
             cookie_persistence: None,
             send_proxy: None,

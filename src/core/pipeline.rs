@@ -305,8 +305,7 @@ impl Pipeline {
                 let Ok(i) = list.binary_search_by(|b| b.name.as_str().cmp(name)) else {
                     continue;
                 };
-                let servers =
-                    translate::servers(store, service, port, list[i].settings.slots_block);
+                let servers = translate::servers(store, service, port, &list[i].settings);
                 if servers != *list[i].servers {
                     Arc::make_mut(&mut list[i]).servers = Arc::new(servers);
                 }

@@ -1,7 +1,7 @@
 //! The plan: what it takes to move HAProxy from one configuration to the next.
 //!
-//! Whatever can change at run time does: server addresses and states within existing slots,
-//! map entries, and crt-list certificates. Anything else needs a reload, and every reload has a
+//! Whatever can change at run time does: dynamic servers added and deleted, server addresses
+//! and states within existing slots, map entries, and crt-list certificates. Anything else needs a reload, and every reload has a
 //! reason. To tell the two apart without knowing the templates, both models are rendered with
 //! the runtime-changeable parts blanked out: if those renderings differ, the change is
 //! structural.
@@ -33,6 +33,9 @@ pub struct Applied {
     /// The blanked model `structure` is the rendering of, and the renderer that rendered it.
     blanked: Model,
     renderer: u64,
+    /// The words of each backend's `default-server` line in `structure`, read when a server is
+    /// first added, and shared by the configurations with this structure.
+    keywords: Arc<std::sync::OnceLock<BTreeMap<String, Vec<String>>>>,
 }
 
 impl Applied {
@@ -51,9 +54,9 @@ impl Applied {
         previous: Option<&Applied>,
     ) -> Self {
         let blanked = blank_runtime_parts(&model, previous);
-        let same_structure = previous
-            .filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked))
-            .map(|p| p.structure.clone());
+        let same = previous.filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked));
+        let keywords = same.map_or_else(Arc::default, |p| p.keywords.clone());
+        let same_structure = same.map(|p| p.structure.clone());
         let structure = same_structure.unwrap_or_else(|| {
             renderer
                 .render_config_cached(&blanked)
@@ -71,6 +74,7 @@ impl Applied {
             structure,
             blanked,
             renderer: renderer.id(),
+            keywords,
         }
     }
 
@@ -83,7 +87,17 @@ impl Applied {
             structure: structure.structure.clone(),
             blanked: structure.blanked.clone(),
             renderer: structure.renderer,
+            keywords: structure.keywords.clone(),
         }
+    }
+
+    /// What each backend's `default-server` line gives the static servers of this
+    /// configuration's structure, by backend: the keywords a server added at run time needs to
+    /// be the same server (dynamic servers inherit none), whatever a site template puts on that
+    /// line. Read from the structure once, on first use.
+    fn server_keywords(&self) -> &BTreeMap<String, Vec<String>> {
+        self.keywords
+            .get_or_init(|| default_server_words(&self.structure.text().unwrap_or_default()))
     }
 }
 
@@ -96,6 +110,16 @@ pub struct Plan {
     /// new model: a rotated certificate keeps the file name HAProxy loaded it under (see
     /// [`with_running_names`]).
     pub running_tls: Option<Tls>,
+    /// Dynamic servers the commands put in maintenance, to delete once drained.
+    pub drains: Vec<Drain>,
+}
+
+/// A dynamic server that left the model: in maintenance, to be deleted (`del server`) once
+/// its connections are gone or its time is up.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Drain {
+    pub backend: String,
+    pub server: String,
 }
 
 /// Compares what HAProxy runs with what is wanted.
@@ -152,6 +176,7 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
     if !plan.reload_reasons.is_empty() {
         plan.commands.clear();
         plan.running_tls = None;
+        plan.drains.clear();
     }
     plan
 }
@@ -161,9 +186,11 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
 /// endpoint, route and certificate changes still reach the running HAProxy instead of waiting
 /// for the configuration to be fixed. Returns the commands and the model HAProxy runs after
 /// them: the old structure with the new runtime state where it fits.
-pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
+pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model, Vec<Drain>) {
     let mut plan = Plan::default();
     let mut model = old.model.clone();
+    // Dynamic servers get the keywords of the configuration HAProxy runs.
+    let keywords = old.server_keywords();
     for ob in model
         .backends
         .iter_mut()
@@ -182,16 +209,33 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
             continue;
         }
         let ob = Arc::make_mut(ob);
+        let added = added_count(&plan);
         for i in ob.servers.differing(&nb.servers) {
             let Some(ns) = nb.servers.get(i) else {
                 continue;
             };
             let mut one = Plan::default();
-            server_commands(&nb.name, &ns, &mut one);
+            if nb.servers.is_dynamic() {
+                dynamic_server_commands(
+                    &nb.name,
+                    i,
+                    ob.servers.occupant(i),
+                    &nb.servers,
+                    keywords,
+                    &mut one,
+                );
+            } else {
+                server_commands(&nb.name, &ns, &mut one);
+            }
             if one.reload_reasons.is_empty() {
                 plan.commands.extend(one.commands);
+                plan.drains.extend(one.drains);
                 Arc::make_mut(&mut ob.servers).set(i, ns.address.map(|a| (a, ns.port)));
             }
+        }
+        // The cookie settings HAProxy runs are the old configuration's.
+        if added_count(&plan) > added {
+            dynamic_cookies(ob, &mut plan);
         }
     }
     // Routes may only point at backends (and route policies) the running HAProxy has.
@@ -276,7 +320,7 @@ pub fn runtime_only(old: &Applied, new: &Applied) -> (Vec<Command>, Model) {
         }
     }
     plan.commands.retain(|c| c.to_wire().is_ok());
-    (plan.commands, model)
+    (plan.commands, model, plan.drains)
 }
 
 /// A server as `show servers state` reports it: address, port, and whether it is in forced
@@ -521,11 +565,18 @@ fn pattern_file_change(old: &Model, new: &Model) -> Option<String> {
 }
 
 fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> String {
-    let names = |m: &Model| -> BTreeMap<String, usize> {
+    let names = |m: &Model| -> BTreeMap<String, String> {
         m.backends
             .iter()
             .chain(&m.tcp_backends)
-            .map(|b| (b.name.clone(), b.servers.len()))
+            .map(|b| {
+                let servers = if b.servers.is_dynamic() {
+                    "dynamic servers".to_string()
+                } else {
+                    b.servers.len().to_string()
+                };
+                (b.name.clone(), servers)
+            })
             .collect()
     };
     let (a, b) = (names(old), names(new));
@@ -549,7 +600,7 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
         if a.get(name) != Some(slots) {
             return format!(
                 "server slots of {name} changed from {} to {slots}",
-                a.get(name).copied().unwrap_or(0)
+                a.get(name).map_or("0", String::as_str)
             );
         }
     }
@@ -567,16 +618,135 @@ fn structural_reason(old: &Model, new: &Model, old_cfg: &str, new_cfg: &str) -> 
 fn servers(old: &Applied, new: &Applied, plan: &mut Plan) {
     let old_backends = old.model.backends.iter().chain(&old.model.tcp_backends);
     let new_backends = new.model.backends.iter().chain(&new.model.tcp_backends);
+    let keywords = new.server_keywords();
     for (ob, nb) in old_backends.zip(new_backends) {
         if Arc::ptr_eq(ob, nb) {
             continue;
         }
-        for ns in ob.servers.differing(&nb.servers) {
-            if let Some(ns) = nb.servers.get(ns) {
+        let added = added_count(plan);
+        for i in ob.servers.differing(&nb.servers) {
+            if nb.servers.is_dynamic() {
+                let old = ob.servers.occupant(i);
+                dynamic_server_commands(&nb.name, i, old, &nb.servers, keywords, plan);
+            } else if let Some(ns) = nb.servers.get(i) {
                 server_commands(&nb.name, &ns, plan);
             }
         }
+        if added_count(plan) > added {
+            dynamic_cookies(nb, plan);
+        }
     }
+}
+
+/// How many `add server` commands `plan` holds.
+fn added_count(plan: &Plan) -> usize {
+    plan.commands
+        .iter()
+        .filter(|c| matches!(c, Command::AddServer { .. }))
+        .count()
+}
+
+/// After servers were added to `backend`: HAProxy 2.6 gives a server added at run time no
+/// dynamic cookie (its cookie is empty, and clients get an empty one), so a backend with
+/// dynamic cookies has them computed again for every server.
+fn dynamic_cookies(backend: &Backend, plan: &mut Plan) {
+    let dynamic = backend
+        .settings
+        .cookie_persistence
+        .as_ref()
+        .is_some_and(|c| c.dynamic);
+    if dynamic {
+        plan.commands.push(Command::EnableDynamicCookie {
+            backend: backend.name.clone(),
+        });
+    }
+}
+
+/// Commands that move the dynamic server at slot `index` of `backend` from `old` (its address
+/// and port in the running configuration, if it has the server) to what `new` holds there: a
+/// new endpoint is added (`add server` with the backend's server keywords, health checks
+/// enabled when they include `check`, then made ready); a removed one is put in maintenance
+/// and left to drain ([`Plan::drains`]); one whose address changed (another endpoint took its
+/// id) is moved like a slot.
+fn dynamic_server_commands(
+    backend: &str,
+    index: usize,
+    old: Option<(&Address, u16)>,
+    new: &crate::model::ServerSlots,
+    keywords: &BTreeMap<String, Vec<String>>,
+    plan: &mut Plan,
+) {
+    let server = new.name_at(index).to_string();
+    match (old, new.occupant(index)) {
+        (_, Some((address @ Address::Name(_), _))) => plan
+            .reload_reasons
+            .push(format!("server {backend}/{server} now points at {address}")),
+        (None, Some((Address::Ip(addr), port))) => {
+            let keywords = keywords.get(backend).cloned().unwrap_or_default();
+            let check = keywords.iter().any(|k| k == "check");
+            plan.commands.push(Command::AddServer {
+                backend: backend.to_string(),
+                server: server.clone(),
+                addr: *addr,
+                port,
+                id: u32::try_from(index + 1).unwrap_or(u32::MAX),
+                keywords,
+            });
+            if check {
+                plan.commands.push(Command::EnableHealth {
+                    backend: backend.to_string(),
+                    server: server.clone(),
+                });
+            }
+            plan.commands.push(Command::SetServerState {
+                backend: backend.to_string(),
+                server,
+                state: ServerState::Ready,
+            });
+        }
+        (Some(_), Some(_)) => {
+            if let Some(slot) = new.get(index) {
+                server_commands(backend, &slot, plan);
+            }
+        }
+        (Some(_), None) => {
+            plan.commands.push(Command::SetServerState {
+                backend: backend.to_string(),
+                server: server.clone(),
+                state: ServerState::Maint,
+            });
+            plan.drains.push(Drain {
+                backend: backend.to_string(),
+                server,
+            });
+        }
+        (None, None) => {}
+    }
+}
+
+/// The words of each backend's `default-server` lines in `cfg`, by backend (one pass).
+fn default_server_words(cfg: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let mut backend: Option<&str> = None;
+    for line in cfg.lines() {
+        if !line.starts_with(char::is_whitespace) {
+            if !line.is_empty() && !line.starts_with('#') {
+                backend = line.strip_prefix("backend ").map(str::trim);
+            }
+            continue;
+        }
+        let Some(name) = backend else {
+            continue;
+        };
+        // Several lines add up, as HAProxy reads them for the servers after them.
+        let mut words = line.split_whitespace();
+        if words.next() == Some("default-server") {
+            out.entry(name.to_string())
+                .or_insert_with(Vec::new)
+                .extend(words.map(str::to_string));
+        }
+    }
+    out
 }
 
 /// Commands that put a slot in the state the model describes. Idempotent.
@@ -993,10 +1163,60 @@ mod tests {
         plan(a, b)
     }
 
+    /// The id every replica gives `ip`:8080 (the backend's only endpoint there).
+    fn id_of(ip: &str) -> u32 {
+        let endpoint = (Address::Ip(ip.parse().unwrap()), 8080);
+        crate::translate::slots::assign_ids(&[endpoint])[0]
+    }
+
     #[test]
-    fn endpoint_changes_are_runtime_commands() {
-        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &json!({}), false);
-        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &json!({}), false);
+    fn endpoint_changes_add_and_drain_dynamic_servers() {
+        let check = json!({"haproxy.org/check": "true", "haproxy.org/pod-maxconn": "50"});
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &check, false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &check, false);
+        let p = plan_between(&a, &b);
+        assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        let lines: Vec<String> = p.commands.iter().map(ToString::to_string).collect();
+        let (gone, new) = (id_of("10.0.0.2"), id_of("10.0.0.3"));
+        // The new endpoint is added with the backend's server keywords (dynamic servers
+        // inherit no default-server), its checks enabled, then made ready; the removed one
+        // goes into maintenance and is left to drain.
+        let mut wanted = vec![
+            format!("add server ns_web_80/SRV_{new} 10.0.0.3:8080 id {new} check maxconn 50"),
+            format!("enable health ns_web_80/SRV_{new}"),
+            format!("set server ns_web_80/SRV_{new} state ready"),
+            format!("set server ns_web_80/SRV_{gone} state maint"),
+        ];
+        if gone < new {
+            wanted.rotate_left(3);
+        }
+        assert_eq!(lines, wanted);
+        assert_eq!(
+            p.drains,
+            vec![Drain {
+                backend: "ns_web_80".into(),
+                server: format!("SRV_{gone}"),
+            }]
+        );
+        assert_eq!(plan_between(&a, &a), Plan::default());
+        // From none to some and back: never a reload.
+        let none = cluster(&["/"], &[], &check, false);
+        let many: Vec<String> = (1..=60).map(|i| format!("10.0.1.{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let many = cluster(&["/"], &many, &check, false);
+        for (x, y) in [(&none, &many), (&many, &none), (&none, &a)] {
+            let p = plan_between(x, y);
+            assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
+        }
+        assert_eq!(plan_between(&none, &many).commands.len(), 180);
+        assert_eq!(plan_between(&many, &none).drains.len(), 60);
+    }
+
+    #[test]
+    fn endpoint_changes_in_slots_are_runtime_commands() {
+        let slots = json!({"haproxy.org/scale-server-slots": "4"});
+        let a = cluster(&["/"], &["10.0.0.1", "10.0.0.2"], &slots, false);
+        let b = cluster(&["/"], &["10.0.0.1", "10.0.0.3"], &slots, false);
         let p = plan_between(&a, &b);
         assert!(p.reload_reasons.is_empty(), "{:?}", p.reload_reasons);
         let names: Vec<&str> = p.commands.iter().map(Command::name).collect();
@@ -1004,12 +1224,28 @@ mod tests {
             names.contains(&"set server addr") && names.contains(&"set server state"),
             "{names:?}"
         );
+        assert!(!names.contains(&"add server"), "{names:?}");
         assert!(
             p.commands
                 .iter()
                 .any(|c| c.to_string().contains("10.0.0.3"))
         );
+        assert!(p.drains.is_empty());
         assert_eq!(plan_between(&a, &a), Plan::default());
+    }
+
+    #[test]
+    fn default_server_words_are_read_from_the_backend_section() {
+        let cfg = "defaults\n  default-server init-addr last,libc,none\nbackend a\n  mode http\n  default-server check inter 500\n  server SRV_1 1.2.3.4:80 id 1\n\nbackend b\n  mode http\n\nbackend c\n  default-server ssl verify none\n  default-server maxconn 3\n";
+        let words = default_server_words(cfg);
+        assert_eq!(words["a"], ["check", "inter", "500"]);
+        assert!(!words.contains_key("b"));
+        assert_eq!(words["c"], ["ssl", "verify", "none", "maxconn", "3"]);
+        assert_eq!(
+            words.len(),
+            2,
+            "the defaults section's line is no backend's"
+        );
     }
 
     #[test]
@@ -1084,10 +1320,12 @@ mod tests {
         let a = cluster(&["/"], &["10.0.0.1"], &json!({}), false);
         // A new backend (needs a reload) plus an endpoint change on the existing one.
         let b = cluster(&["/", "/api", "/docs"], &["10.0.0.9"], &json!({}), true);
-        let (commands, model) = runtime_only(&a, &b);
+        let (commands, model, _) = runtime_only(&a, &b);
         let lines: Vec<String> = commands.iter().map(ToString::to_string).collect();
         assert!(
-            lines.iter().any(|l| l.contains("addr 10.0.0.9")),
+            lines
+                .iter()
+                .any(|l| l.starts_with("add server ns_web_80/") && l.contains(" 10.0.0.9:8080 ")),
             "{lines:?}"
         );
         assert!(

@@ -1328,6 +1328,19 @@ impl Drop for TlsPod {
     }
 }
 
+/// A certificate for `name` signed by the CA: `(certificate path, key path, cert PEM, key PEM)`.
+pub fn make_signed(
+    dir: &Path,
+    ca: &(PathBuf, PathBuf, String),
+    name: &str,
+    tag: &str,
+) -> (PathBuf, PathBuf, String, String) {
+    let (crt, key) = sign_with_ca(dir, ca, &format!("/CN={name}/O={tag}"), Some(name), tag);
+    let cert_pem = std::fs::read_to_string(&crt).expect("reading what openssl wrote");
+    let key_pem = std::fs::read_to_string(&key).expect("reading what openssl wrote");
+    (crt, key, cert_pem, key_pem)
+}
+
 /// A CA in `dir` named by `subject` (`/CN=…`), made by `openssl req`: `(certificate path,
 /// key path, certificate PEM)`.
 pub fn make_ca(dir: &Path, tag: &str, subject: &str) -> (PathBuf, PathBuf, String) {

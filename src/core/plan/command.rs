@@ -47,6 +47,38 @@ pub enum Command {
         server: String,
         state: ServerState,
     },
+    /// A dynamic server: `add server <backend>/<server> <addr>:<port> id <id> <keywords…>`.
+    /// HAProxy adds it in maintenance, with its health checks off.
+    AddServer {
+        backend: String,
+        server: String,
+        addr: IpAddr,
+        port: u16,
+        id: u32,
+        /// What the backend's `default-server` line gives static servers (dynamic ones
+        /// inherit nothing).
+        keywords: Vec<String>,
+    },
+    /// Deletes a dynamic server; HAProxy refuses while it is not in maintenance or still has
+    /// connections.
+    DelServer {
+        backend: String,
+        server: String,
+    },
+    EnableHealth {
+        backend: String,
+        server: String,
+    },
+    /// Gives every server of a backend with dynamic cookies its cookie: HAProxy 2.6 computes
+    /// none for a server added at run time.
+    EnableDynamicCookie {
+        backend: String,
+    },
+    /// Closes every stream on a server (a drain that ran out of time).
+    ShutdownSessions {
+        backend: String,
+        server: String,
+    },
     AddMap {
         map: String,
         key: String,
@@ -108,6 +140,11 @@ impl Command {
             Command::ShowServersState => "show servers state",
             Command::SetServerAddr { .. } => "set server addr",
             Command::SetServerState { .. } => "set server state",
+            Command::AddServer { .. } => "add server",
+            Command::DelServer { .. } => "del server",
+            Command::EnableHealth { .. } => "enable health",
+            Command::EnableDynamicCookie { .. } => "enable dynamic-cookie backend",
+            Command::ShutdownSessions { .. } => "shutdown sessions server",
             Command::AddMap { .. } => "add map",
             Command::SetMap { .. } => "set map",
             Command::DelMap { .. } => "del map",
@@ -149,6 +186,42 @@ impl Command {
                 w(server)?,
                 state.as_str()
             ),
+            Command::AddServer {
+                backend,
+                server,
+                addr,
+                port,
+                id,
+                keywords,
+            } => {
+                let mut line = match addr {
+                    IpAddr::V4(v4) => {
+                        format!("add server {}/{} {v4}:{port}", w(backend)?, w(server)?)
+                    }
+                    IpAddr::V6(v6) => {
+                        format!("add server {}/{} [{v6}]:{port}", w(backend)?, w(server)?)
+                    }
+                };
+                line.push_str(&format!(" id {id}"));
+                for keyword in keywords {
+                    line.push(' ');
+                    line.push_str(&w(keyword)?);
+                }
+                line.push('\n');
+                line
+            }
+            Command::DelServer { backend, server } => {
+                format!("del server {}/{}\n", w(backend)?, w(server)?)
+            }
+            Command::EnableHealth { backend, server } => {
+                format!("enable health {}/{}\n", w(backend)?, w(server)?)
+            }
+            Command::EnableDynamicCookie { backend } => {
+                format!("enable dynamic-cookie backend {}\n", w(backend)?)
+            }
+            Command::ShutdownSessions { backend, server } => {
+                format!("shutdown sessions server {}/{}\n", w(backend)?, w(server)?)
+            }
             Command::AddMap { map, key, value } => {
                 format!("add map {} {} {}\n", w(map)?, w(key)?, w(value)?)
             }
@@ -192,7 +265,12 @@ impl Command {
             Command::SetServerAddr { .. } => {
                 !(a.is_empty() || a.contains("changed") || a.contains("no need to change"))
             }
+            Command::AddServer { .. } => !a.starts_with("New server registered"),
+            Command::DelServer { .. } => !a.starts_with("Server deleted"),
             Command::SetServerState { .. }
+            | Command::EnableHealth { .. }
+            | Command::EnableDynamicCookie { .. }
+            | Command::ShutdownSessions { .. }
             | Command::AddMap { .. }
             | Command::SetMap { .. }
             | Command::DelMap { .. } => !a.is_empty(),
@@ -317,6 +395,54 @@ mod tests {
         assert_eq!(
             add.to_wire().unwrap(),
             "add ssl crt-list certs/crt-list.txt <<\ncerts/a.pem a.example.com\n\n"
+        );
+    }
+
+    #[test]
+    fn dynamic_servers_on_the_wire() {
+        let add = Command::AddServer {
+            backend: "ns_web_80".into(),
+            server: "SRV_77".into(),
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 8080,
+            id: 77,
+            keywords: vec!["check".into(), "inter".into(), "2000".into()],
+        };
+        assert_eq!(
+            add.to_wire().unwrap(),
+            "add server ns_web_80/SRV_77 10.0.0.1:8080 id 77 check inter 2000\n"
+        );
+        assert!(!add.answer_is_error("New server registered."));
+        assert!(add.answer_is_error("'cookie' option is not accepted for dynamic server"));
+        let v6 = Command::AddServer {
+            backend: "b".into(),
+            server: "s".into(),
+            addr: "2001:db8::1".parse().unwrap(),
+            port: 80,
+            id: 1,
+            keywords: Vec::new(),
+        };
+        assert_eq!(
+            v6.to_wire().unwrap(),
+            "add server b/s [2001:db8::1]:80 id 1\n"
+        );
+        let hostile = Command::AddServer {
+            backend: "b".into(),
+            server: "s".into(),
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+            id: 1,
+            keywords: vec!["check;shutdown".into()],
+        };
+        assert!(hostile.to_wire().is_err());
+        let del = Command::DelServer {
+            backend: "b".into(),
+            server: "s".into(),
+        };
+        assert_eq!(del.to_wire().unwrap(), "del server b/s\n");
+        assert!(!del.answer_is_error("Server deleted."));
+        assert!(
+            del.answer_is_error("Server still has connections attached to it, cannot remove it.")
         );
     }
 

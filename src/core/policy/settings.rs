@@ -377,7 +377,10 @@ pub fn apply_backend(
                 .map(|p| out.server_proto = (p == "h2").then_some(p)),
             "forwarded_for" => boolean(value).map(|b| out.forwarded_for = b),
             "abortonclose" => boolean(value).map(|b| out.abortonclose = b),
-            "slots_block" => int(value, 1, 1000).map(|n| out.slots_block = n as u32),
+            "slots_block" => int(value, 1, 1000).map(|n| {
+                out.slots_block = n as u32;
+                out.server_slots = true;
+            }),
             "config_snippet" => snippet(value).map(|s| out.config_snippet = s),
             "source_ip_persistence" => {
                 source_persistence(value).map(|p| out.source_persistence = Some(p))

@@ -53,18 +53,25 @@ impl<T: serde::Serialize> serde::Serialize for BackendWith<'_, T> {
     }
 }
 
-/// A backend's server slots as templates see them: `{name, address, port}` each.
+/// A backend's server slots as templates see them: `{name, address, port}` each (dynamic
+/// servers: the used ones, with their `id` too).
 #[derive(Debug)]
 struct SlotsView {
     slots: Arc<crate::model::ServerSlots>,
     names: crate::model::SlotNames,
+    /// Of dynamic servers, the slot index of each.
+    dynamic: Option<Vec<usize>>,
 }
 
 impl SlotsView {
     fn new(slots: &Arc<crate::model::ServerSlots>) -> Self {
+        let dynamic = slots
+            .is_dynamic()
+            .then(|| slots.used_indexes().collect::<Vec<_>>());
         Self {
-            names: crate::model::slot_names(slots.len()),
+            names: crate::model::slot_names(if dynamic.is_some() { 0 } else { slots.len() }),
             slots: slots.clone(),
+            dynamic,
         }
     }
 }
@@ -75,8 +82,16 @@ impl Object for SlotsView {
     }
 
     fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
-        let index = key.as_usize()?;
-        let name = self.names.get(index)?.clone();
+        let (index, name, id) = match &self.dynamic {
+            Some(indexes) => {
+                let index = *indexes.get(key.as_usize()?)?;
+                (index, self.slots.name_at(index), Value::from(index + 1))
+            }
+            None => {
+                let index = key.as_usize()?;
+                (index, self.names.get(index)?.clone(), Value::UNDEFINED)
+            }
+        };
         let (address, port) = match self.slots.occupant(index) {
             Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), crate::model::UNUSED_SLOT_PORT),
@@ -85,11 +100,15 @@ impl Object for SlotsView {
             name: Value::from(name),
             address,
             port,
+            id,
         }))
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Seq(self.names.len())
+        match &self.dynamic {
+            Some(indexes) => Enumerator::Seq(indexes.len()),
+            None => Enumerator::Seq(self.names.len()),
+        }
     }
 }
 
@@ -99,7 +118,9 @@ impl Object for SlotsView {
 /// run is `{name, address, port, prefix, first, last}`: `name`, `address` and `port` are the
 /// first slot's, `first` and `last` the numbers of its first and last slot as in their names
 /// (`prefix` then the number, `SRV_1` first); `first == last` for a used slot and may be for
-/// an unused one.
+/// an unused one. `id` is the first server's id (its number), and `dynamic` whether the
+/// backend has dynamic servers, whose lines must name their ids (HAProxy would number
+/// them in order otherwise).
 pub(super) fn slot_runs(servers: &Value) -> Result<Value, Error> {
     if let Some(view) = servers.downcast_object_ref::<SlotsView>() {
         let runs = view.slots.runs();
@@ -109,8 +130,27 @@ pub(super) fn slot_runs(servers: &Value) -> Result<Value, Error> {
             runs,
         }));
     }
-    // A list as serialized (a site template's own, say): runs by position.
+    // A list as serialized (a site template's own, say): runs by position; dynamic servers
+    // are one run each, named with their ids.
     let items: Vec<Value> = servers.try_iter()?.collect();
+    if items
+        .first()
+        .is_some_and(|s| s.get_attr("id").is_ok_and(|id| !id.is_undefined()))
+    {
+        let mut runs = Vec::new();
+        for slot in &items {
+            let id = slot.get_attr("id")?.as_usize().unwrap_or_default();
+            let (name, address, port) = (
+                slot.get_attr("name")?,
+                slot.get_attr("address")?,
+                slot.get_attr("port")?,
+            );
+            let mut run = run_fields(name, address, port, id - 1, id - 1);
+            run.dynamic = true;
+            runs.push(Value::from_object(run));
+        }
+        return Ok(Value::from(runs));
+    }
     let mut runs = Vec::new();
     let mut unused_from: Option<(usize, Value)> = None;
     let unused = |(first, name): (usize, Value), last: usize| {
@@ -142,13 +182,18 @@ pub(super) fn slot_runs(servers: &Value) -> Result<Value, Error> {
 
 /// A run as a template value (slot indexes `first..=last`).
 fn run_value(name: Value, address: Value, port: Value, first: usize, last: usize) -> Value {
-    Value::from_object(SlotRunView {
+    Value::from_object(run_fields(name, address, port, first, last))
+}
+
+fn run_fields(name: Value, address: Value, port: Value, first: usize, last: usize) -> SlotRunView {
+    SlotRunView {
         name,
         address,
         port,
         first: first + 1,
         last: last + 1,
-    })
+        dynamic: false,
+    }
 }
 
 /// A backend's slot runs, made as a template reads them.
@@ -174,6 +219,12 @@ impl Object for SlotRunsView {
             Some((address, port)) => (address.with_text(|text| Value::from(text)), port),
             None => (Value::from(()), UNUSED_SLOT_PORT),
         };
+        if self.slots.is_dynamic() {
+            let name = Value::from(self.slots.name_at(first));
+            let mut run = run_fields(name, address, Value::from(port), first, last);
+            run.dynamic = true;
+            return Some(Value::from_object(run));
+        }
         let name = Value::from(self.names.get(first)?.clone());
         Some(run_value(name, address, Value::from(port), first, last))
     }
@@ -192,6 +243,8 @@ struct SlotRunView {
     /// Slot numbers, as in the names.
     first: usize,
     last: usize,
+    /// Of a backend with dynamic servers.
+    dynamic: bool,
 }
 
 impl Object for SlotRunView {
@@ -201,14 +254,17 @@ impl Object for SlotRunView {
             "address" => Some(self.address.clone()),
             "port" => Some(self.port.clone()),
             "prefix" => Some(Value::from(crate::model::SLOT_NAME_PREFIX)),
-            "first" => Some(Value::from(self.first)),
+            "first" | "id" => Some(Value::from(self.first)),
             "last" => Some(Value::from(self.last)),
+            "dynamic" => Some(Value::from(self.dynamic)),
             _ => None,
         }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&["name", "address", "port", "prefix", "first", "last"])
+        Enumerator::Str(&[
+            "name", "address", "port", "prefix", "first", "last", "id", "dynamic",
+        ])
     }
 }
 
@@ -218,6 +274,8 @@ struct SlotView {
     name: Value,
     address: Value,
     port: u16,
+    /// A dynamic server's id; undefined for a slot.
+    id: Value,
 }
 
 impl Object for SlotView {
@@ -226,12 +284,17 @@ impl Object for SlotView {
             "name" => Some(self.name.clone()),
             "address" => Some(self.address.clone()),
             "port" => Some(Value::from(self.port)),
+            "id" if !self.id.is_undefined() => Some(self.id.clone()),
             _ => None,
         }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&["name", "address", "port"])
+        if self.id.is_undefined() {
+            Enumerator::Str(&["name", "address", "port"])
+        } else {
+            Enumerator::Str(&["name", "address", "port", "id"])
+        }
     }
 }
 
@@ -562,6 +625,33 @@ mod tests {
         assert!(lazy.contains("SRV_4=2001:db8::1:80"), "{lazy}");
     }
 
+    /// Dynamic servers: only the endpoints' servers, each with its id, read the same lazily
+    /// and serialized, and as runs of one that say they are dynamic.
+    #[test]
+    fn dynamic_servers_read_alike_from_either_form() {
+        let servers = crate::model::ServerSlots::dynamic([
+            (2_000_000_000, ip("10.0.0.2"), 80),
+            (7, ip("2001:db8::1"), 8080),
+        ]);
+        let backend = backend_with(servers);
+        let template = "{{ b.servers|length }}|\
+            {% for s in b.servers %}{{ s.name }}#{{ s.id }}={{ s.address }}:{{ s.port }};{% endfor %}|\
+            {% for r in b.servers|slot_runs %}{{ r.name }} id {{ r.id }} {{ r.dynamic }};{% endfor %}";
+        let mut env = Environment::new();
+        env.add_filter("slot_runs", slot_runs);
+        let render = |b: Value| {
+            env.render_str(template, minijinja::context! { b => b })
+                .unwrap()
+        };
+        let lazy = render(backend_value(&backend));
+        assert_eq!(lazy, render(to_value(&backend)));
+        assert_eq!(
+            lazy,
+            "2|SRV_7#7=2001:db8::1:8080;SRV_2000000000#2000000000=10.0.0.2:80;|\
+             SRV_7 id 7 True;SRV_2000000000 id 2000000000 True;"
+        );
+    }
+
     #[test]
     fn slot_runs_group_unused_slots_the_same_from_either_form() {
         // Slots: unused, used, unused ×3, used (IPv6), unused: runs 1, 2, 3-5, 6, 7.
@@ -585,7 +675,7 @@ mod tests {
             lazy,
             "5:SRV_1=None:1[SRV_1-1];SRV_2=10.0.0.1:8080[SRV_2-2];SRV_3=None:1[SRV_3-5];\
              SRV_6=2001:db8::1:80[SRV_6-6];SRV_7=None:1[SRV_7-7];|\
-             ['name', 'address', 'port', 'prefix', 'first', 'last']"
+             ['name', 'address', 'port', 'prefix', 'first', 'last', 'id', 'dynamic']"
         );
         // No slots, no runs; all unused, one.
         for (len, want) in [(0, "0:|"), (3, "1:SRV_1=None:1[SRV_1-3];|")] {

@@ -31,7 +31,8 @@ use sha2::{Digest, Sha256};
 
 use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{
-    Backend, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy, RouteSettings, ServerSlots,
+    Backend, BackendSettings, CrtListEntry, DefaultBackend, Listen, Model, RoutePolicy,
+    RouteSettings, ServerSlots,
 };
 use crate::objects::{Key, Kind, ObjectRef, Service};
 use crate::policy::{Budget, HookContext, PolicyEngine, RouteOutcome, ValueSource};
@@ -1784,12 +1785,7 @@ impl<'a> Translator<'a> {
             &mut self.diags,
         );
 
-        let servers = Arc::new(servers(
-            self.store,
-            &build.service,
-            &build.port,
-            settings.slots_block,
-        ));
+        let servers = Arc::new(servers(self.store, &build.service, &build.port, &settings));
         if build.port.external.is_none() {
             // Its servers follow the Service's endpoints alone (see `Reuse`).
             self.reuse
@@ -1812,14 +1808,30 @@ impl<'a> Translator<'a> {
     }
 }
 
-/// The server slots of a backend of Service `service` on `port`: its endpoints (or the
-/// ExternalName) spread over `slots_block`-sized blocks of slots.
-pub fn servers(store: &Store, service: &Key, port: &ResolvedPort, slots_block: u32) -> ServerSlots {
+/// The servers of a backend of Service `service` on `port` with `settings`: a dynamic server
+/// for each of its endpoints (or the ExternalName's addresses), with the ids
+/// [`slots::assign_ids`] gives them; or, for a backend that must keep slots
+/// ([`slot_reason`]), the endpoints spread over `slots_block`-sized blocks of slots.
+pub fn servers(
+    store: &Store,
+    service: &Key,
+    port: &ResolvedPort,
+    settings: &BackendSettings,
+) -> ServerSlots {
     let endpoints = match &port.external {
         Some(external) => backends::external_endpoints(external),
         None => backends::endpoints(store, service, port),
     };
-    let count = slots::slot_count(endpoints.len(), slots_block);
+    if slot_reason(settings).is_none() {
+        let ids = slots::assign_ids(&endpoints);
+        return ServerSlots::dynamic(
+            endpoints
+                .into_iter()
+                .zip(ids)
+                .map(|((address, port), id)| (id, address, port)),
+        );
+    }
+    let count = slots::slot_count(endpoints.len(), settings.slots_block);
     let occupants = slots::assign(&endpoints, count);
     ServerSlots::from_occupants(
         count,
@@ -1831,6 +1843,48 @@ pub fn servers(store: &Store, service: &Key, port: &ResolvedPort, slots_block: u
                 Some((slot, address, port))
             }),
     )
+}
+
+/// Why a backend with `settings` keeps pre-allocated server slots rather than dynamic servers
+/// (one per endpoint, added and deleted through the runtime API), or `None` when it need not.
+/// HAProxy 2.6's `add server` refuses backends whose balance algorithm is static and the
+/// `cookie` keyword, and takes `crt` only for a certificate it already holds.
+pub fn slot_reason(settings: &BackendSettings) -> Option<&'static str> {
+    if settings.server_slots {
+        return Some("scale-server-slots is set");
+    }
+    if !dynamic_balance(&settings.balance) {
+        return Some(
+            "its balance algorithm is static (static-rr, or a hash without hash-type consistent)",
+        );
+    }
+    if settings
+        .cookie_persistence
+        .as_ref()
+        .is_some_and(|c| !c.dynamic)
+    {
+        return Some("static cookies name each server (`cookie` is refused on `add server`)");
+    }
+    if settings.server_crt_file.is_some() {
+        return Some(
+            "a client certificate to the pods (`add server` takes `crt` only for a certificate HAProxy already holds)",
+        );
+    }
+    None
+}
+
+/// Whether HAProxy can add servers at run time to a backend balanced by `balance` (its
+/// words; empty for HAProxy's default, `roundrobin`): the algorithms whose server weights
+/// may change at run time. Hashes (`source`, `uri`, `hdr(...)`, ...) are map-based unless
+/// `hash-type consistent`, which the templates do not write, and `static-rr` is static.
+fn dynamic_balance(balance: &[String]) -> bool {
+    match balance.first().map(String::as_str) {
+        None => true,
+        Some(algorithm) => {
+            let name = algorithm.split('(').next().unwrap_or(algorithm);
+            matches!(name, "roundrobin" | "leastconn" | "first" | "random")
+        }
+    }
 }
 
 /// The backend `name` in `table`, created for `service`/`port` if new.

@@ -1,6 +1,11 @@
-//! Server slots: which endpoint sits in which `SRV_n`.
+//! Server names and ids: which endpoint is which `SRV_n`.
 //!
-//! The assignment is a pure function of the endpoint set, so every replica names every endpoint
+//! Dynamic servers ([`assign_ids`]): each endpoint gets an id from a hash of its address and
+//! port, in the whole of HAProxy's id space, so an endpoint's id does not depend on the
+//! others, on history or on the replica; only two endpoints whose hashes meet share a probe
+//! sequence, and that is settled by a fixed order.
+//!
+//! Slots ([`assign`], for backends that keep them): the assignment is a pure function of the endpoint set, so every replica names every endpoint
 //! the same way whatever order events arrived in. It is the unique stable matching between
 //! endpoints and slots under a fixed pseudo-random score for each (endpoint, slot) pair
 //! (rendezvous hashing, taken greedily from the highest score down). Adding or removing one
@@ -65,6 +70,46 @@ pub fn assign(endpoints: &[Endpoint], slots: usize) -> Vec<Option<usize>> {
         }
     }
     occupant
+}
+
+/// The server id of each of `endpoints` (sorted, unique): a pure function of the set.
+///
+/// Each endpoint has a fixed sequence of candidate ids in `1..=MAX_SERVER_ID`, drawn from
+/// the hash of its `address:port` (splitmix64 of the hash and the probe number). Endpoints
+/// take ids in the order of their hashes (ties: the lower endpoint), each the first of its
+/// candidates no earlier endpoint took. So an endpoint keeps its first candidate, whatever
+/// else is in the set, unless another endpoint's sequence meets its own (about one chance in
+/// 2^31 per pair of endpoints in a backend); then which of them probes on is decided by the
+/// hashes alone, identically on every replica.
+pub fn assign_ids(endpoints: &[Endpoint]) -> Vec<u32> {
+    let hashes: Vec<u64> = endpoints
+        .iter()
+        .map(|(address, port)| endpoint_hash(address, *port))
+        .collect();
+    ids_of_hashes(&hashes)
+}
+
+/// [`assign_ids`] for endpoints hashed `hashes` (in the endpoints' order).
+fn ids_of_hashes(hashes: &[u64]) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..hashes.len()).collect();
+    order.sort_unstable_by_key(|&e| (hashes[e], e));
+    let mut taken = std::collections::HashSet::with_capacity(hashes.len());
+    let mut ids = vec![0; hashes.len()];
+    for e in order {
+        let id = (0u64..)
+            .map(|probe| candidate_id(hashes[e], probe))
+            .find(|id| taken.insert(*id))
+            .unwrap_or(1);
+        ids[e] = id;
+    }
+    ids
+}
+
+/// Candidate `probe` of the endpoint hashed `hash`, in `1..=MAX_SERVER_ID`.
+fn candidate_id(hash: u64, probe: u64) -> u32 {
+    let max = u64::from(crate::model::MAX_SERVER_ID);
+    // `score` mixes like splitmix64; the probe stands where a slot number stands there.
+    (score(hash, probe as usize) % max) as u32 + 1
 }
 
 /// FNV-1a of `"{address}:{port}"` (the address as HAProxy reads it), without building the
@@ -135,6 +180,39 @@ mod tests {
                 .map(|(a, b, p)| (v4(10, 0, a, b), p))
                 .collect()
         })
+    }
+
+    #[test]
+    fn a_few_ids_are_known() {
+        // Pinned: a change of the hash or the probe moves every replica's servers.
+        let endpoints: Vec<Endpoint> = (1..=3).map(|i| (v4(10, 0, 0, i), 8080)).collect();
+        let ids = assign_ids(&endpoints);
+        assert_eq!(ids, PINNED_IDS.to_vec());
+        for id in ids {
+            assert!((1..=crate::model::MAX_SERVER_ID).contains(&id));
+        }
+    }
+
+    const PINNED_IDS: [u32; 3] = [180_422_911, 1_442_566_380, 1_266_507_904];
+
+    #[test]
+    fn colliding_endpoints_are_settled_by_their_hashes() {
+        let (h, other) = (0x1234_5678_9abc_def0u64, 42u64);
+        let (first, second) = (candidate_id(h, 0), candidate_id(h, 1));
+        assert_ne!(first, second);
+        // Alone, an endpoint has its first candidate; beside one whose sequence is the same
+        // (equal hashes), the lower endpoint keeps it and the other probes on, in any order
+        // of the rest of the set.
+        assert_eq!(ids_of_hashes(&[h]), vec![first]);
+        assert_eq!(ids_of_hashes(&[h, h]), vec![first, second]);
+        assert_eq!(
+            ids_of_hashes(&[other, h, h]),
+            vec![candidate_id(other, 0), first, second]
+        );
+        // A second candidate already held by a third endpoint: the next one.
+        let third = candidate_id(h, 2);
+        let ids = ids_of_hashes(&[h, h, h]);
+        assert_eq!(ids, vec![first, second, third]);
     }
 
     #[test]
@@ -214,6 +292,30 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Ids are unique, in range, the same for any order of the set, and an endpoint's id
+        /// does not change when others come or go (no two candidate sequences meet here).
+        #[test]
+        fn ids_follow_the_endpoint_alone(
+            endpoints in endpoint_set(),
+            others in endpoint_set(),
+        ) {
+            let ids = assign_ids(&endpoints);
+            let mut unique = ids.clone();
+            unique.sort_unstable();
+            unique.dedup();
+            prop_assert_eq!(unique.len(), endpoints.len());
+            let mut union: Vec<Endpoint> = endpoints.iter().chain(&others).cloned().collect();
+            union.sort();
+            union.dedup();
+            let union_ids = assign_ids(&union);
+            for (e, id) in endpoints.iter().zip(&ids) {
+                prop_assert!((1..=crate::model::MAX_SERVER_ID).contains(id));
+                let at = union.binary_search(e).unwrap();
+                prop_assert_eq!(union_ids[at], *id);
+                prop_assert_eq!(*id, candidate_id(endpoint_hash(&e.0, e.1), 0));
+            }
+        }
 
         #[test]
         fn heaps_place_as_the_sorted_pairs_do(
