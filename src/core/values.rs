@@ -200,6 +200,12 @@ pub fn parse_enum(v: &str, allowed: &[&str]) -> ParseResult<String> {
     }
 }
 
+/// `ctx.regex`: a regex for an ACL pattern (`-m reg`), checked as [`parse_regex_at`] checks it
+/// there.
+pub fn parse_acl_regex(v: &str) -> ParseResult<String> {
+    parse_regex_at(v, RegexPlace::Acl { ignore_case: false })
+}
+
 /// A list of IP addresses or CIDR blocks, separated by commas and/or whitespace. Returned in
 /// canonical form (`10.0.0.0/8`, `2001:db8::/32`, single addresses without a prefix).
 pub fn parse_cidr_list(v: &str) -> ParseResult<Vec<String>> {

@@ -815,7 +815,7 @@ impl Ctx {
 
     /// A regex as an ACL's `-m reg` compiles it.
     fn get_regex(&mut self, name: Dynamic) -> Dynamic {
-        self.typed(&names(name), parse_acl_regex)
+        self.typed(&names(name), values::parse_acl_regex)
             .map_or(Dynamic::UNIT, Dynamic::from)
     }
 
@@ -1060,12 +1060,6 @@ fn names(name: Dynamic) -> Vec<String> {
     } else {
         vec![name.to_string()]
     }
-}
-
-/// `ctx.regex`: a regex for an ACL pattern (`-m reg`), checked as [`values::parse_regex_at`]
-/// checks it there.
-pub fn parse_acl_regex(v: &str) -> ParseResult<String> {
-    values::parse_regex_at(v, values::RegexPlace::Acl { ignore_case: false })
 }
 
 fn strings_to_array(v: Vec<String>) -> Dynamic {

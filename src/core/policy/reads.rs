@@ -275,7 +275,7 @@ impl ValueType {
                 "host" => ok(values::parse_host_header(raw)),
                 "cookie_name" => ok(values::parse_cookie_name(raw)),
                 "path" => ok(values::parse_path(raw)),
-                "regex" => ok(super::context::parse_acl_regex(raw)),
+                "regex" => ok(values::parse_acl_regex(raw)),
                 "rewrite" => ok(values::parse_rewrite(raw)),
                 "rewrites" => ok(values::parse_rewrites(raw)),
                 "http_check" => ok(values::parse_http_check(raw)),

@@ -1546,10 +1546,8 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
-        let invalid_backend_routes = needs.invalid
-            || canaries
-                .iter()
-                .any(|c| c.route == gateway::http::INVALID_BACKEND);
+        let invalid_backend_routes =
+            needs.invalid || canaries.iter().any(|c| c.route == routes::INVALID_BACKEND);
         let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
         let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
         let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);

@@ -19,6 +19,10 @@ use crate::diagnostics::{Diagnostics, Severity};
 use crate::model::{AclCondition, CanaryRoute, MapEntry, RedirectPort, RouteMaps, same_str};
 use crate::objects::ObjectRef;
 
+/// The built-in backend that answers 500: where the requests of a Gateway API backend ref that
+/// does not resolve go (the Gateway API's rule for them), rendered while some route leads to it.
+pub const INVALID_BACKEND: &str = "portcullis_invalid_backend";
+
 /// The built-in backend that answers 503, the map value of a path whose Service or Service
 /// port does not exist (or that names a resource backend). No Service backend can be named
 /// so: their names end with a port number.
@@ -336,7 +340,7 @@ pub fn build_maps(
         // A length first: most values are longer or shorter.
         kinds.unavailable |=
             first.value.len() == UNAVAILABLE_BACKEND.len() && &*first.value == UNAVAILABLE_BACKEND;
-        kinds.invalid |= &*first.value == super::gateway::http::INVALID_BACKEND;
+        kinds.invalid |= &*first.value == INVALID_BACKEND;
         let entry = MapEntry {
             key: first.key.clone(),
             value: first.value.clone(),

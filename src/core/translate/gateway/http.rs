@@ -28,12 +28,8 @@ use crate::objects::gateway::{HeaderModifier, HttpRoute, HttpRouteFilter, HttpRo
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::translate::Translator;
 use crate::translate::backends::ResolvedPort;
-use crate::translate::routes::{Canary, PathKind, RouteCandidate};
+use crate::translate::routes::{Canary, INVALID_BACKEND, PathKind, RouteCandidate};
 use crate::values;
-
-/// The built-in backend that answers 500: where the requests of a backend ref that does not
-/// resolve go (the Gateway API's rule for them), rendered while some route leads to it.
-pub const INVALID_BACKEND: &str = "portcullis_invalid_backend";
 
 /// Most a weight may be (the spec's bound).
 const MAX_WEIGHT: i64 = 1_000_000;
