@@ -359,6 +359,30 @@ fn hostile_requests_are_answered_safely_and_in_time() {
         "{mangled}"
     );
 
+    // A TCP object or an HTTPRoute of the wrong shape: refused, the field named.
+    let tcp = webhook.review(
+        "TCP",
+        &json!({"apiVersion": "ingress.v3.haproxy.org/v3", "kind": "TCP",
+                "metadata": {"name": "db", "namespace": "shop"},
+                "spec": [{"name": "db", "frontend": {"name": "db",
+                          "binds": {"v4": {"name": "v4", "port": "many"}}},
+                          "service": {"name": "db", "port": 5432}}]}),
+    );
+    assert_eq!(tcp["allowed"], false);
+    assert!(
+        tcp.to_string()
+            .contains("field spec[0].frontend.binds.v4.port"),
+        "{tcp}"
+    );
+    let route = webhook.review(
+        "HTTPRoute",
+        &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"rules": "all"}}),
+    );
+    assert_eq!(route["allowed"], false, "{route}");
+    assert!(route.to_string().contains("spec.rules"), "{route}");
+
     // A script that runs away is stopped by its budget: the answer comes within the deadline,
     // and says why.
     let started = Instant::now();

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::diagnostics::{Diagnostic, Diagnostics, Severity, Subject};
-use crate::objects::{Key, Kind, Object, ObjectRef};
+use crate::objects::{Key, Object, ObjectRef};
 use crate::policy::{Budget, HookContext, PolicyEngine, ValueSource};
 use crate::snippets::SnippetPolicy;
 
@@ -241,6 +241,3 @@ fn paths(
     }
     out
 }
-
-/// The kinds the webhook is registered for.
-pub const KINDS: &[Kind] = &[Kind::Ingress, Kind::Service, Kind::ConfigMap];
