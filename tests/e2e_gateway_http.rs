@@ -99,6 +99,15 @@ fn backends(h: &mut Harness) {
     h.write("gateway.yaml", GATEWAY);
 }
 
+/// A controller serving the base Gateways, the backends and `manifests` (written as `file`).
+fn serving(file: &str, manifests: &str) -> Harness {
+    let mut h = Harness::new();
+    backends(&mut h);
+    h.write(file, manifests);
+    h.start(&[]);
+    h
+}
+
 fn header(answer: &Answer, name: &str) -> Option<String> {
     answer.body.lines().find_map(|line| {
         let (n, v) = line.split_once(": ")?;
@@ -180,10 +189,7 @@ spec:
 /// HTTPRouteQueryParamMatching tests.
 #[test]
 fn matches_paths_headers_and_query_parameters_in_spec_order() {
-    let mut h = Harness::new();
-    backends(&mut h);
-    h.write("matching.yaml", MATCHING);
-    h.start(&[]);
+    let h = serving("matching.yaml", MATCHING);
     check(
         &h,
         &[
@@ -289,10 +295,7 @@ spec:
 /// (`NotAllowedByListeners`): what does not attach is not routed, and is reported.
 #[test]
 fn attaches_by_listener_hostname_and_namespace() {
-    let mut h = Harness::new();
-    backends(&mut h);
-    h.write("hostnames.yaml", HOSTNAMES);
-    h.start(&[]);
+    let h = serving("hostnames.yaml", HOSTNAMES);
     check(
         &h,
         &[
@@ -395,10 +398,7 @@ spec:
 /// HTTPRouteResponseHeaderModifier, HTTPRouteRedirect*, HTTPRouteRewrite*).
 #[test]
 fn filters_modify_headers_redirect_and_rewrite() {
-    let mut h = Harness::new();
-    backends(&mut h);
-    h.write("filters.yaml", FILTERS);
-    h.start(&[]);
+    let h = serving("filters.yaml", FILTERS);
     check(&h, &[case("example.com", "/headers", "infra-backend-v1")]);
     let answer = h.get_with(
         "example.com",
@@ -503,10 +503,7 @@ spec:
 /// (HTTPRouteInvalidCrossNamespaceBackendRef, HTTPRouteReferenceGrant).
 #[test]
 fn weights_unresolved_refs_and_reference_grants() {
-    let mut h = Harness::new();
-    backends(&mut h);
-    h.write("weights.yaml", WEIGHTS);
-    h.start(&[]);
+    let h = serving("weights.yaml", WEIGHTS);
     check(
         &h,
         &[
