@@ -538,12 +538,7 @@ fn static_file_change(old: &Model, new: &Model) -> Option<String> {
             .map(|p| (p.path.to_string(), p.content.clone()))
             .collect()
     };
-    let (a, b) = (files(old), files(new));
-    // The new file's name when there is one: it says which Secret and which content.
-    b.keys()
-        .chain(a.keys())
-        .find(|k| a.get(*k) != b.get(*k))
-        .cloned()
+    first_difference(&files(old), &files(new))
 }
 
 /// The path of a pattern file that differs between the models (added, changed or removed).
@@ -557,7 +552,15 @@ fn pattern_file_change(old: &Model, new: &Model) -> Option<String> {
             .map(|p| (p.path.clone(), p.content.clone()))
             .collect()
     };
-    let (a, b) = (files(old), files(new));
+    first_difference(&files(old), &files(new))
+}
+
+/// The first path whose content differs between `a` and `b`, or that one has and the other
+/// not; the new side's names first, since they say which file and which content.
+fn first_difference(
+    a: &BTreeMap<String, Arc<str>>,
+    b: &BTreeMap<String, Arc<str>>,
+) -> Option<String> {
     b.keys()
         .chain(a.keys())
         .find(|k| a.get(*k) != b.get(*k))
