@@ -739,7 +739,7 @@ fn json_lines<'a>(values: impl IntoIterator<Item = &'a String>) -> String {
 }
 
 /// The bench cluster: `/` on bench.local → `web` (the `endpoints`, one slice each), `/p0..`
-/// → `api` (one pod). As in `benches/latency.rs`.
+/// → `api` (one pod). As in `benches/latency.rs`; its IngressClass is the synthetic cluster's.
 fn bench_manifests(endpoints: &[SocketAddr], api: SocketAddr, paths: usize) -> String {
     let mut rules = String::from(
         "      - {path: /, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}\n",
@@ -766,7 +766,7 @@ fn bench_manifests(endpoints: &[SocketAddr], api: SocketAddr, paths: usize) -> S
         api.ip()
     );
     format!(
-        "apiVersion: networking.k8s.io/v1\nkind: IngressClass\nmetadata: {{name: portcullis}}\nspec: {{controller: portcullis.io/ingress}}\n---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: bench, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: bench.local\n    http:\n      paths:\n{rules}---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n{slices}"
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata: {{name: bench, namespace: bench}}\nspec:\n  ingressClassName: portcullis\n  rules:\n  - host: bench.local\n    http:\n      paths:\n{rules}---\napiVersion: v1\nkind: Service\nmetadata: {{name: web, namespace: bench}}\nspec: {{ports: [{{port: 80}}]}}\n{slices}"
     )
 }
 
