@@ -353,9 +353,11 @@ mod tests {
             grown.sort();
             let after = placement(&grown, slots);
             let moved = before.iter().filter(|(e, s)| after.get(*e) != Some(*s)).count();
-            // Each move in a chain needs a slot contested by two endpoints; with at most 40 of
-            // 42 slots used a chain longer than a quarter of the endpoints does not occur.
-            prop_assert!(moved <= 1 + endpoints.len() / 4, "moved {} of {}", moved, endpoints.len());
+            // Each move in a chain needs a slot contested by two endpoints, each about one
+            // chance in 42: a chain of two happens (two endpoints, both moved, was found), one
+            // over half the endpoints does not. What a reshuffle would move, nearly all of
+            // them, fails here; the average is pinned by the sweep below.
+            prop_assert!(moved <= 1 + endpoints.len() / 2, "moved {} of {}", moved, endpoints.len());
             let mut shrunk = grown.clone();
             shrunk.retain(|e| *e != new);
             prop_assert_eq!(placement(&shrunk, slots), before);
