@@ -547,12 +547,7 @@ pub fn self_signed(dir: &Path, host: &str, tag: &str) -> (String, String) {
     .arg(&key)
     .arg("-out")
     .arg(&crt);
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "openssl req: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    openssl(cmd);
     (
         std::fs::read_to_string(&crt).expect("reading the certificate"),
         std::fs::read_to_string(&key).expect("reading the key"),
@@ -1341,6 +1336,16 @@ pub fn make_signed(
     (crt, key, cert_pem, key_pem)
 }
 
+/// Runs an `openssl` command to its end within 20 s; fails the test with its stderr otherwise.
+pub fn openssl(cmd: Command) {
+    let out = output_within(cmd, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A CA in `dir` named by `subject` (`/CN=…`), made by `openssl req`: `(certificate path,
 /// key path, certificate PEM)`.
 pub fn make_ca(dir: &Path, tag: &str, subject: &str) -> (PathBuf, PathBuf, String) {
@@ -1356,12 +1361,7 @@ pub fn make_ca(dir: &Path, tag: &str, subject: &str) -> (PathBuf, PathBuf, Strin
         .arg(&key)
         .arg("-out")
         .arg(&crt);
-    let out = output_within(cmd, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    openssl(cmd);
     let pem = std::fs::read_to_string(&crt).unwrap();
     (crt, key, pem)
 }
@@ -1386,12 +1386,7 @@ pub fn sign_with_ca(
         .arg(&key)
         .arg("-out")
         .arg(&csr);
-    let out = output_within(req, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    openssl(req);
     let mut sign = Command::new("openssl");
     sign.args(["x509", "-req", "-days", "2", "-in"])
         .arg(&csr)
@@ -1406,11 +1401,6 @@ pub fn sign_with_ca(
         sign.arg("-extfile").arg(&ext);
     }
     sign.arg("-out").arg(&crt);
-    let out = output_within(sign, Duration::from_secs(20));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    openssl(sign);
     (crt, key)
 }
