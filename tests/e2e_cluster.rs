@@ -641,6 +641,8 @@ fn an_ingress_moved_to_another_class_has_our_address_taken_off_its_status() {
             .count()
     };
     let before = patches();
+    // An absence has no event to poll for: the write above reaches the controller's watch and
+    // a pipeline run within a second here, so 3 s is past any clear it would make.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(patches(), before, "the status was cleared again");
     assert_eq!(
