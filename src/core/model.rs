@@ -1511,6 +1511,12 @@ pub struct Cors {
     pub max_age: u64,
     /// HAProxy answers preflight requests from allowed origins itself (204).
     pub respond_to_options: bool,
+    /// `Access-Control-Expose-Headers`: header names joined by `, `, or `*`; empty: none.
+    pub expose_headers: String,
+    /// A `*` origin, method or header list is answered with what the request asked for (its
+    /// `Origin`, `Access-Control-Request-Method`, `Access-Control-Request-Headers`): browsers
+    /// read `*` literally on credentialed requests.
+    pub echo_wildcards: bool,
 }
 
 /// Which request origins CORS allows.

@@ -242,6 +242,20 @@ pub struct HttpRouteFilter {
     pub request_redirect: Option<RequestRedirect>,
     #[serde(rename = "urlRewrite")]
     pub url_rewrite: Option<UrlRewrite>,
+    pub cors: Option<CorsFilter>,
+}
+
+/// The `CORS` filter (standard since v1.6).
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct CorsFilter {
+    pub allow_origins: Vec<String>,
+    pub allow_credentials: Option<bool>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    /// Seconds; the API's default is 5.
+    pub max_age: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]

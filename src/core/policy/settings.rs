@@ -761,7 +761,7 @@ fn basic_auth(v: &Dynamic) -> Result<crate::model::BasicAuth, String> {
 }
 
 /// `#{allow_origin, allow_methods, allow_headers, allow_credentials, max_age, respond_to_options}`
-/// (`max_age` in seconds).
+/// and optionally `expose_headers` (`max_age` in seconds).
 fn cors(v: &Dynamic) -> Result<crate::model::Cors, String> {
     let map = v.clone().try_cast::<Map>().ok_or_else(|| {
         "expected a map #{allow_origin, allow_methods, allow_headers, allow_credentials, max_age, respond_to_options}"
@@ -775,6 +775,11 @@ fn cors(v: &Dynamic) -> Result<crate::model::Cors, String> {
         allow_credentials: boolean(field("allow_credentials")?)?,
         max_age: int(field("max_age")?, 0, values::MAX_DURATION_MS as i64 / 1000)? as u64,
         respond_to_options: boolean(field("respond_to_options")?)?,
+        expose_headers: match map.get("expose_headers") {
+            None => String::new(),
+            Some(v) => values::parse_header_name_list(&string(v)?)?,
+        },
+        echo_wildcards: false,
     })
 }
 

@@ -23,8 +23,12 @@ use k8s_openapi::api::networking::v1::{Ingress, ServiceBackendPort};
 
 use super::{Attachments, Frontend, attach, backend_ref, http_routes};
 use crate::diagnostics::Severity;
-use crate::model::{AclCondition, CrtListEntry, Redirect, RedirectPath, RouteSettings};
-use crate::objects::gateway::{HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch};
+use crate::model::{
+    AclCondition, Cors, CorsOrigin, CrtListEntry, Redirect, RedirectPath, RouteSettings,
+};
+use crate::objects::gateway::{
+    CorsFilter, HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch,
+};
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::translate::Translator;
 use crate::translate::backends::ResolvedPort;
@@ -209,11 +213,12 @@ impl Translator<'_> {
             };
             for (j, m) in matches.into_iter().enumerate() {
                 let match_field = format!("{field}.matches[{j}]");
-                let Some((kind, path)) = self.match_path(m, &object, &match_field) else {
+                let Some((kind, path, path_regex)) = self.match_path(m, &object, &match_field)
+                else {
                     continue;
                 };
                 let conditions = match match_conditions(m) {
-                    Ok(c) => c,
+                    Ok(c) => path_regex.into_iter().chain(c).collect::<Vec<_>>(),
                     Err((f, e)) => {
                         self.diags.object(
                             Severity::Error,
@@ -271,13 +276,15 @@ impl Translator<'_> {
         }
     }
 
-    /// A match's path: `PathPrefix` (the default) or `Exact`; none, reported, otherwise.
+    /// A match's path: `PathPrefix` (the default) or `Exact` as a map key, or
+    /// `RegularExpression` as the condition `path -m reg` at the key `/`; none, reported,
+    /// when it cannot be served.
     fn match_path(
         &mut self,
         m: &HttpRouteMatch,
         object: &ObjectRef,
         field: &str,
-    ) -> Option<(PathKind, String)> {
+    ) -> Option<(PathKind, String, Option<AclCondition>)> {
         let (kind, value) = match &m.path {
             None => (None, None),
             Some(p) => (p.kind.as_deref(), p.value.as_deref()),
@@ -285,18 +292,34 @@ impl Translator<'_> {
         let kind = match kind.unwrap_or("PathPrefix") {
             "PathPrefix" => PathKind::Prefix,
             "Exact" => PathKind::Exact,
+            "RegularExpression" => {
+                return match path_regex(value.unwrap_or_default()) {
+                    Ok(c) => Some((PathKind::Prefix, "/".to_string(), Some(c))),
+                    Err(e) => {
+                        self.diags.object(
+                            Severity::Error,
+                            object,
+                            format!("{field}.path.value"),
+                            format!("{e}; match skipped"),
+                        );
+                        None
+                    }
+                };
+            }
             other => {
                 self.diags.object(
                     Severity::Error,
                     object,
                     format!("{field}.path.type"),
-                    format!("{other:?} is not served (Exact and PathPrefix are); match skipped"),
+                    format!(
+                        "{other:?} is not served (Exact, PathPrefix and RegularExpression are); match skipped"
+                    ),
                 );
                 return None;
             }
         };
         match values::parse_path(value.unwrap_or("/")) {
-            Ok(p) => Some((kind, p)),
+            Ok(p) => Some((kind, p, None)),
             Err(e) => {
                 self.diags.object(
                     Severity::Error,
@@ -486,6 +509,17 @@ fn regex(fetch: String, pattern: &str) -> Result<AclCondition, String> {
         method: Some("reg".to_string()),
         values: vec![pattern],
     })
+}
+
+/// A `RegularExpression` path match: the whole path (without the query string) matches the
+/// pattern, checked with PCRE2 as HAProxy's ACL reads it.
+fn path_regex(pattern: &str) -> Result<AclCondition, String> {
+    if pattern.is_empty() {
+        return Err("a RegularExpression path match needs a value".to_string());
+    }
+    // Checked alone first, so that the pattern cannot close the group it is put in.
+    values::parse_regex_at(pattern, values::RegexPlace::Acl { ignore_case: false })?;
+    regex("path".to_string(), &format!("^(?:{pattern})$"))
 }
 
 /// The conditions of a match besides its path; on error, the field and why.
@@ -705,11 +739,17 @@ fn rule_settings(
                         Some(rewrite_path(p, matches).map_err(|e| fail(".urlRewrite.path", e))?);
                 }
             }
+            "CORS" => {
+                let Some(c) = &f.cors else {
+                    return Err(fail(".cors", "missing".to_string()));
+                };
+                s.cors = cors(c).map_err(|(sub, e)| fail(&format!(".cors.{sub}"), e))?;
+            }
             other => {
                 return Err(fail(
                     ".type",
                     format!(
-                        "{other:?} is not served (RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect and URLRewrite are)"
+                        "{other:?} is not served (RequestHeaderModifier, ResponseHeaderModifier, RequestRedirect, URLRewrite and CORS are)"
                     ),
                 ));
             }
@@ -723,6 +763,115 @@ fn rule_settings(
         ));
     }
     Ok(s)
+}
+
+/// Most seconds a CORS `maxAge` may be (a day; browsers cap it lower).
+const MAX_CORS_AGE: i64 = 86_400;
+
+/// A `CORS` filter as the route policy's CORS settings; none when no origin is allowed (then
+/// no response carries CORS headers, as without the filter). On error, the field under
+/// `cors` and why.
+fn cors(c: &CorsFilter) -> Result<Option<Cors>, (String, String)> {
+    if c.allow_origins.is_empty() {
+        return Ok(None);
+    }
+    let allow_origin = cors_origins(&c.allow_origins)?;
+    let list = |field: &str, items: &[String], parse: fn(&str) -> Result<String, String>| {
+        if items.is_empty() {
+            return Ok(String::new());
+        }
+        for (i, item) in items.iter().enumerate() {
+            if item.contains(',') || item.trim().is_empty() {
+                return Err((
+                    format!("{field}[{i}]"),
+                    format!("{} is not one name", crate::diagnostics::quoted(item)),
+                ));
+            }
+        }
+        let joined = if items.iter().any(|i| i.trim() == "*") {
+            "*".to_string()
+        } else {
+            items.join(",")
+        };
+        parse(&joined).map_err(|e| (field.to_string(), e))
+    };
+    let allow_methods = list("allowMethods", &c.allow_methods, values::parse_http_methods)?;
+    let allow_headers = list(
+        "allowHeaders",
+        &c.allow_headers,
+        values::parse_header_name_list,
+    )?;
+    let expose_headers = list(
+        "exposeHeaders",
+        &c.expose_headers,
+        values::parse_header_name_list,
+    )?;
+    let max_age = c.max_age.unwrap_or(5);
+    if !(0..=MAX_CORS_AGE).contains(&max_age) {
+        return Err((
+            "maxAge".to_string(),
+            format!("{max_age} is not between 0 and {MAX_CORS_AGE} seconds"),
+        ));
+    }
+    let credentials = c.allow_credentials == Some(true);
+    Ok(Some(Cors {
+        allow_origin,
+        allow_methods,
+        allow_headers,
+        allow_credentials: credentials,
+        max_age: max_age as u64,
+        respond_to_options: true,
+        expose_headers,
+        // Browsers take `*` literally on credentialed requests: the spec has the gateway
+        // answer with what the request asked for.
+        echo_wildcards: credentials,
+    }))
+}
+
+/// `allowOrigins`: `*`, origins `scheme://host[:port]`, and origins whose host starts with a
+/// `*.` label wildcard (one or more labels). Exact origins alone are a list; with a
+/// wildcard, all of them are one anchored regex.
+fn cors_origins(origins: &[String]) -> Result<CorsOrigin, (String, String)> {
+    if origins.iter().any(|o| o.trim() == "*") {
+        return Ok(CorsOrigin::Any);
+    }
+    let escape = |v: &str| -> String {
+        v.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, ':' | '/' | '-') {
+                    c.to_string()
+                } else {
+                    format!("\\x{:02x}", c as u32)
+                }
+            })
+            .collect()
+    };
+    let mut exact = Vec::new();
+    let mut patterns = Vec::new();
+    for (i, origin) in origins.iter().enumerate() {
+        let field = format!("allowOrigins[{i}]");
+        let wild = origin
+            .split_once("://*.")
+            .map(|(scheme, rest)| format!("{scheme}://{rest}"));
+        let parsed = values::parse_origin(wild.as_deref().unwrap_or(origin))
+            .map_err(|e| (field.clone(), e))?;
+        if wild.is_some() {
+            let (scheme, rest) = parsed.split_once("://").unwrap_or_default();
+            patterns.push(format!("{scheme}://[a-z0-9.-]+[.]{}", escape(rest)));
+        } else {
+            patterns.push(escape(&parsed));
+            exact.push(parsed);
+        }
+    }
+    if exact.len() == origins.len() {
+        exact.dedup();
+        return Ok(CorsOrigin::List(exact));
+    }
+    let regex = format!("^(?:{})$", patterns.join("|"));
+    match values::parse_cors_origin(&regex) {
+        Ok(o) => Ok(o),
+        Err(e) => Err(("allowOrigins".to_string(), e)),
+    }
 }
 
 fn redirect_path(
@@ -850,6 +999,72 @@ mod tests {
         let c = exact("req.fhdr(x)".to_string(), "v1.2").unwrap();
         assert_eq!(c.method.as_deref(), Some("str"));
         assert!(exact("req.fhdr(x)".to_string(), "a\nb").is_err());
+    }
+
+    #[test]
+    fn cors_origins_with_a_wildcard_become_one_anchored_regex() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            cors_origins(&list(&["https://www.foo.com", "HTTPS://www.foo.com"])).unwrap(),
+            CorsOrigin::List(vec!["https://www.foo.com".to_string()])
+        );
+        let CorsOrigin::Regex(re) =
+            cors_origins(&list(&["https://www.foo.com", "https://*.bar.com:8443"])).unwrap()
+        else {
+            panic!("a wildcard origin is a regex");
+        };
+        assert_eq!(
+            re,
+            "^(?:https://www\\x2efoo\\x2ecom|https://[a-z0-9.-]+[.]bar\\x2ecom:8443)$"
+        );
+        assert_eq!(
+            cors_origins(&list(&["https://a.com", "*"])).unwrap(),
+            CorsOrigin::Any
+        );
+        let (field, _) = cors_origins(&list(&["https://a.com", "https://a.com/x"])).unwrap_err();
+        assert_eq!(field, "allowOrigins[1]");
+    }
+
+    #[test]
+    fn cors_filters_echo_wildcards_only_with_credentials() {
+        let filter = |credentials: bool| CorsFilter {
+            allow_origins: vec!["*".to_string()],
+            allow_credentials: Some(credentials),
+            allow_methods: vec!["*".to_string()],
+            allow_headers: vec!["x-a".to_string(), "X-B".to_string()],
+            ..CorsFilter::default()
+        };
+        let open = cors(&filter(false)).unwrap().unwrap();
+        assert_eq!(
+            (
+                open.allow_methods.as_str(),
+                open.echo_wildcards,
+                open.max_age
+            ),
+            ("*", false, 5)
+        );
+        assert_eq!(open.allow_headers, "x-a, X-B");
+        assert!(cors(&filter(true)).unwrap().unwrap().echo_wildcards);
+        let none = CorsFilter::default();
+        assert_eq!(cors(&none).unwrap(), None);
+        let bad = CorsFilter {
+            allow_origins: vec!["https://a.com".to_string()],
+            allow_methods: vec!["GET, PUT".to_string()],
+            ..CorsFilter::default()
+        };
+        assert_eq!(cors(&bad).unwrap_err().0, "allowMethods[0]");
+    }
+
+    #[test]
+    fn path_regexes_match_the_whole_path_and_cannot_escape_their_group() {
+        let c = path_regex("/api/v[0-9]+/.*").unwrap();
+        assert_eq!(
+            (c.fetch.as_str(), c.values[0].as_str()),
+            ("path", "^(?:/api/v[0-9]+/.*)$")
+        );
+        assert!(path_regex("a)|(b").is_err());
+        assert!(path_regex("/a b").is_err());
+        assert!(path_regex("(").is_err());
     }
 
     #[test]
