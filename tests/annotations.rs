@@ -75,7 +75,7 @@ fn the_table_lists_bundled_and_site_declarations_with_their_source() {
     );
     let bundled = line("allow-list (whitelist)").unwrap();
     assert!(bundled.contains("access-list.rhai (bundled)"), "{bundled}");
-    assert!(bundled.contains("Ingress,ConfigMap"), "{bundled}");
+    assert!(bundled.contains("Ingress,HTTPRoute,ConfigMap"), "{bundled}");
 
     // `--scripts` names the same directory.
     let again = portcullis(&["annotations", "list", "--scripts", dir]);

@@ -383,6 +383,53 @@ fn hostile_requests_are_answered_safely_and_in_time() {
     assert_eq!(route["allowed"], false, "{route}");
     assert!(route.to_string().contains("spec.rules"), "{route}");
 
+    // An HTTPRoute's annotations go through the route hooks, and its matches and filters
+    // through the controller's checks: a bad value is refused with the field named, an
+    // annotation no script reads on an HTTPRoute is a warning.
+    let http_route = |annotations: Value, path: Value| {
+        webhook.review(
+            "HTTPRoute",
+            &json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                    "metadata": {"name": "web", "namespace": "shop", "annotations": annotations},
+                    "spec": {"hostnames": ["shop.example.com"],
+                             "rules": [{"matches": [{"path": path}],
+                                        "backendRefs": [{"name": "web", "port": 80}]}]}}),
+        )
+    };
+    let prefix = json!({"type": "PathPrefix", "value": "/"});
+    let good = http_route(
+        json!({"haproxy.org/allow-list": "10.0.0.0/8"}),
+        prefix.clone(),
+    );
+    assert_eq!(good["allowed"], true, "{good}");
+    let banana = http_route(json!({"haproxy.org/allow-list": "banana"}), prefix.clone());
+    assert_eq!(banana["allowed"], false, "{banana}");
+    assert!(
+        banana
+            .to_string()
+            .contains("annotation haproxy.org/allow-list"),
+        "{banana}"
+    );
+    let regex = http_route(
+        json!({}),
+        json!({"type": "RegularExpression", "value": "/items/(["}),
+    );
+    assert_eq!(regex["allowed"], false, "{regex}");
+    assert!(
+        regex
+            .to_string()
+            .contains("spec.rules[0].matches[0].path.value"),
+        "{regex}"
+    );
+    let ingress_only = http_route(json!({"haproxy.org/ssl-redirect": "true"}), prefix);
+    assert_eq!(ingress_only["allowed"], true, "{ingress_only}");
+    assert!(
+        ingress_only["warnings"]
+            .to_string()
+            .contains("no script reads it on an HTTPRoute"),
+        "{ingress_only}"
+    );
+
     // A script that runs away is stopped by its budget: the answer comes within the deadline,
     // and says why.
     let started = Instant::now();

@@ -123,6 +123,30 @@ fn check(engine: &PolicyEngine, config: &ReviewConfig, request: &Value) -> Verdi
                 diags.extend(run.diagnostics);
             }
         }
+        Object::GatewayApi(api) => {
+            let crate::objects::GatewayApi::HttpRoute(route) = &**api else {
+                return Verdict::default();
+            };
+            let annotations = Arc::new(route.metadata.annotations.clone().unwrap_or_default());
+            vocabulary.check_annotations(&subject, &annotations, &mut diags);
+            let source = ValueSource::annotations(subject.clone(), annotations);
+            let (hosts, matches) =
+                crate::translate::gateway::http::review(route, &subject, &mut diags);
+            for host in &hosts {
+                for (path, path_type) in &matches {
+                    let facts = BTreeMap::from([
+                        ("host", host.clone()),
+                        ("path", path.clone()),
+                        ("path_type", path_type.clone()),
+                    ]);
+                    let ctx = HookContext::new(subject.clone(), vec![source.clone()], facts)
+                        .with_snippets(config.snippets);
+                    let run = engine.run_route(&ctx, budget);
+                    budget = run.budget;
+                    diags.extend(run.diagnostics);
+                }
+            }
+        }
         Object::Service(service) => {
             let annotations = Arc::new(service.metadata.annotations.clone().unwrap_or_default());
             vocabulary.check_annotations(&subject, &annotations, &mut diags);

@@ -696,7 +696,8 @@ fn edit_distance(a: &[u8], b: &[u8], limit: usize) -> usize {
 }
 
 fn article(kind: Kind) -> &'static str {
-    if kind.as_str().starts_with(['A', 'E', 'I', 'O', 'U']) {
+    // By sound: "an HTTPRoute".
+    if kind.as_str().starts_with(['A', 'E', 'I', 'O', 'U']) || kind == Kind::HttpRoute {
         "an"
     } else {
         "a"

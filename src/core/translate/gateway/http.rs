@@ -30,6 +30,7 @@ use crate::objects::gateway::{
     CorsFilter, HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch,
 };
 use crate::objects::{Key, Kind, ObjectRef};
+use crate::policy::{HookContext, ValueSource};
 use crate::translate::Translator;
 use crate::translate::backends::ResolvedPort;
 use crate::translate::routes::{Canary, INVALID_BACKEND, PathKind, RouteCandidate};
@@ -84,9 +85,14 @@ impl Translator<'_> {
             let Some(route) = routes.get(&state.key) else {
                 continue;
             };
+            // The route hooks run on the run's budget, after the Ingresses', as theirs do.
             let mut t = Translator::new(&self.ctx);
+            let before = self.budget;
+            t.budget = before;
             t.http_route(&state.key, route, r, &attachments, &ranks[r]);
-            let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, 0);
+            self.budget = t.budget;
+            let operations = t.budget.used_since(before).unwrap_or(0);
+            let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, operations);
             rank += 1;
             self.absorb_ingress(&state.key, &part);
             self.ingress_parts.push(Arc::new(part));
@@ -202,9 +208,16 @@ impl Translator<'_> {
                 .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
         };
         let both = served(Frontend::Http) && served(Frontend::Https);
+        let annotations = Arc::new(route.metadata.annotations.clone().unwrap_or_default());
+        self.policy
+            .vocabulary()
+            .check_annotations(&object, &annotations, &mut self.diags);
+        let mut sources = vec![ValueSource::annotations(object.clone(), annotations)];
+        sources.extend(self.ctx.resources.iter().cloned());
+        sources.extend(self.ctx.config_map.iter().cloned());
         for (i, rule) in route.spec.rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
-            let backends = self.rule_backends(key, &object, rule, &field);
+            let (filters, backends) = self.rule_backends(key, &object, rule, &field);
             let default_match = HttpRouteMatch::default();
             let matches: Vec<&HttpRouteMatch> = if rule.matches.is_empty() {
                 vec![&default_match]
@@ -231,6 +244,24 @@ impl Translator<'_> {
                 };
                 let rank = ranks.get(&(i, j)).copied().unwrap_or(usize::MAX);
                 for (host, frontends) in &hosts {
+                    // The route hook, once per match and host as once per Ingress path,
+                    // when the rule has a backend to apply its settings in.
+                    let values: Vec<String> = match &filters {
+                        Some(filters) if backends.iter().any(|(v, _)| v != INVALID_BACKEND) => {
+                            let facts = BTreeMap::from([
+                                ("host", host.clone()),
+                                ("path", path_fact(m, &path)),
+                                ("path_type", path_type_fact(m).to_string()),
+                            ]);
+                            let settings = self.route_hook(&object, sources.clone(), facts);
+                            let settings = filters_win(settings, filters);
+                            backends
+                                .iter()
+                                .map(|(v, _)| self.with_policy(v.clone(), &settings, &object))
+                                .collect()
+                        }
+                        _ => backends.iter().map(|(v, _)| v.clone()).collect(),
+                    };
                     let mut conditions = conditions.clone();
                     if both && frontends.len() == 1 {
                         let tls = frontends.contains(&Frontend::Https);
@@ -242,7 +273,7 @@ impl Translator<'_> {
                         });
                     }
                     let mut rest: i64 = backends.iter().map(|(_, w)| *w).sum();
-                    for (k, (value, weight)) in backends.iter().enumerate() {
+                    for (k, ((_, weight), value)) in backends.iter().zip(&values).enumerate() {
                         let mut conditions = conditions.clone();
                         if k + 1 < backends.len() {
                             conditions.push(AclCondition {
@@ -332,16 +363,17 @@ impl Translator<'_> {
         }
     }
 
-    /// A rule's backends as map values with their weights (none of zero): the backend and
-    /// its route policy, or [`INVALID_BACKEND`].
+    /// A rule's filters as route settings (none when they cannot be served) and its
+    /// backends with their weights (none of zero): the backend's name, or
+    /// [`INVALID_BACKEND`].
     fn rule_backends(
         &mut self,
         key: &Key,
         object: &ObjectRef,
         rule: &crate::objects::gateway::HttpRouteRule,
         field: &str,
-    ) -> Vec<(String, i64)> {
-        let invalid = || vec![(INVALID_BACKEND.to_string(), 1)];
+    ) -> (Option<RouteSettings>, Vec<(String, i64)>) {
+        let invalid = || (None, vec![(INVALID_BACKEND.to_string(), 1)]);
         let settings = match rule_settings(&rule.filters, &rule.matches) {
             Ok(s) => s,
             Err((i, f, e)) => {
@@ -369,7 +401,7 @@ impl Translator<'_> {
             };
             let service = Key::new(key.namespace.clone(), format!("httproute.{}", key.name));
             self.add_registration(&name, &service, port, None);
-            return vec![(self.with_policy(name, &settings), 1)];
+            return (Some(settings), vec![(name, 1)]);
         }
         let mut out = Vec::new();
         for (j, r) in rule.backend_refs.iter().enumerate() {
@@ -402,10 +434,7 @@ impl Translator<'_> {
                         number: Some(number),
                     };
                     match self.resolve_port(&service, &port) {
-                        Ok(resolved) => {
-                            let name = self.register_backend(&service_key, resolved, None);
-                            self.with_policy(name, &settings)
-                        }
+                        Ok(resolved) => self.register_backend(&service_key, resolved, None),
                         Err(e) => {
                             self.diags.object(
                                 Severity::Error,
@@ -440,19 +469,182 @@ impl Translator<'_> {
             }
             return invalid();
         }
-        out
+        (Some(settings), out)
     }
 
-    /// The map value of backend `name` with the rule's route policy.
-    fn with_policy(&mut self, name: String, settings: &RouteSettings) -> String {
-        if settings.is_empty() {
+    /// The route hook's settings for one match of an HTTPRoute on one host (see
+    /// `docs/gateway-api.md`: what it decides about routing itself is not applied).
+    fn route_hook(
+        &mut self,
+        object: &ObjectRef,
+        sources: Vec<ValueSource>,
+        facts: BTreeMap<&'static str, String>,
+    ) -> RouteSettings {
+        let ctx =
+            HookContext::new(object.clone(), sources, facts).with_snippets(self.config.snippets);
+        let run = self.policy.run_route(&ctx, self.budget);
+        self.budget = run.budget;
+        self.diags.extend(run.diagnostics);
+        let mut outcome = run.settings;
+        self.check_pattern_refs(object, &mut outcome);
+        Arc::unwrap_or_clone(outcome.settings)
+    }
+
+    /// The map value of backend `name` with a route policy (none for [`INVALID_BACKEND`],
+    /// which answers 500 whatever the policy).
+    fn with_policy(
+        &mut self,
+        name: String,
+        settings: &RouteSettings,
+        object: &ObjectRef,
+    ) -> String {
+        if settings.is_empty() || name == INVALID_BACKEND {
             return name;
         }
+        if let Some(auth) = &settings.basic_auth {
+            self.userlists
+                .require(auth, self.store, object, &mut self.diags);
+        }
         let id = crate::translate::policy_id(settings);
+        if let Some(capture) = &settings.capture {
+            self.add_captures(capture, &id);
+        }
         if let Some(b) = self.backends.get_mut(&name) {
             b.policies.insert(id.clone(), Arc::new(settings.clone()));
         }
         format!("{name}.{id}")
+    }
+}
+
+/// What can be checked of one HTTPRoute alone, as translation checks it: its hostnames, each
+/// match's path and conditions, each rule's filters (errors on `subject`, with the fields
+/// translation names). Returns the hosts (`""` for none) and, for every match that would be
+/// routed, the `path` and `path_type` facts its route hook sees.
+pub fn review(
+    route: &HttpRoute,
+    subject: &ObjectRef,
+    diags: &mut crate::diagnostics::Diagnostics,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let mut hosts = Vec::new();
+    for (i, h) in route.spec.hostnames.iter().enumerate() {
+        match values::parse_host(h) {
+            Ok(h) => hosts.push(h),
+            Err(e) => diags.object(
+                Severity::Error,
+                subject,
+                format!("spec.hostnames[{i}]"),
+                format!("{e}; hostname skipped"),
+            ),
+        }
+    }
+    if route.spec.hostnames.is_empty() {
+        hosts.push(String::new());
+    }
+    let mut matches_out = Vec::new();
+    for (i, rule) in route.spec.rules.iter().enumerate() {
+        if let Err((k, f, e)) = rule_settings(&rule.filters, &rule.matches) {
+            diags.object(
+                Severity::Error,
+                subject,
+                format!("spec.rules[{i}].filters[{k}]{f}"),
+                format!("{e}; the rule answers 500"),
+            );
+            continue;
+        }
+        let default_match = HttpRouteMatch::default();
+        let matches: Vec<&HttpRouteMatch> = if rule.matches.is_empty() {
+            vec![&default_match]
+        } else {
+            rule.matches.iter().collect()
+        };
+        for (j, m) in matches.into_iter().enumerate() {
+            let field = format!("spec.rules[{i}].matches[{j}]");
+            let path = match path_type_fact(m) {
+                "RegularExpression" => path_regex(
+                    m.path
+                        .as_ref()
+                        .and_then(|p| p.value.as_deref())
+                        .unwrap_or(""),
+                )
+                .map(|_| "/".to_string()),
+                _ => values::parse_path(
+                    m.path
+                        .as_ref()
+                        .and_then(|p| p.value.as_deref())
+                        .unwrap_or("/"),
+                ),
+            };
+            let known = matches!(
+                m.path.as_ref().and_then(|p| p.kind.as_deref()),
+                None | Some("Exact" | "PathPrefix" | "RegularExpression")
+            );
+            let checked = match (known, path) {
+                (false, _) => Err((
+                    "path.type".to_string(),
+                    "not served (Exact, PathPrefix and RegularExpression are)".to_string(),
+                )),
+                (true, Err(e)) => Err(("path.value".to_string(), e)),
+                (true, Ok(p)) => match_conditions(m).map(|_| p),
+            };
+            match checked {
+                Ok(p) => matches_out.push((path_fact(m, &p), path_type_fact(m).to_string())),
+                Err((f, e)) => diags.object(
+                    Severity::Error,
+                    subject,
+                    format!("{field}.{f}"),
+                    format!("{e}; match skipped"),
+                ),
+            }
+        }
+    }
+    (hosts, matches_out)
+}
+
+/// The route hook's settings with a rule's filters over them: where both set the same
+/// thing, the filter wins (it is the route's own typed statement; the hook's value may come
+/// from a ConfigMap default). Header lists are joined, the filter's after the hook's, so a
+/// header both set gets the filter's value.
+fn filters_win(mut hook: RouteSettings, filters: &RouteSettings) -> RouteSettings {
+    let f = filters.clone();
+    if f.set_host.is_some() {
+        hook.set_host = f.set_host;
+    }
+    hook.request_headers.extend(f.request_headers);
+    hook.response_headers.extend(f.response_headers);
+    hook.request_headers_add.extend(f.request_headers_add);
+    hook.request_headers_remove.extend(f.request_headers_remove);
+    hook.response_headers_add.extend(f.response_headers_add);
+    hook.response_headers_remove
+        .extend(f.response_headers_remove);
+    if f.path_rewrite.is_some() {
+        hook.path_rewrite = f.path_rewrite;
+        hook.more_path_rewrites = f.more_path_rewrites;
+    }
+    if f.cors.is_some() {
+        hook.cors = f.cors;
+    }
+    if f.redirect.is_some() {
+        hook.redirect = f.redirect;
+    }
+    hook
+}
+
+/// The `path` fact of a match: the path as routed, or the pattern of a regular expression.
+fn path_fact(m: &HttpRouteMatch, routed: &str) -> String {
+    match &m.path {
+        Some(p) if p.kind.as_deref() == Some("RegularExpression") => {
+            p.value.clone().unwrap_or_default()
+        }
+        _ => routed.to_string(),
+    }
+}
+
+/// The `path_type` fact of a match, as the Gateway API names it.
+fn path_type_fact(m: &HttpRouteMatch) -> &'static str {
+    match m.path.as_ref().and_then(|p| p.kind.as_deref()) {
+        Some("Exact") => "Exact",
+        Some("RegularExpression") => "RegularExpression",
+        _ => "PathPrefix",
     }
 }
 
