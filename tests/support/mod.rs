@@ -319,10 +319,10 @@ impl Answer {
     }
 }
 
-/// The bytes of a GET request with `Connection: close` and `extra` header lines.
-fn get_request(host: &str, path: &str, extra: &[(&str, &str)]) -> String {
+/// The bytes of a request with `Connection: close` and `extra` header lines.
+fn request_bytes(method: &str, host: &str, path: &str, extra: &[(&str, &str)]) -> String {
     let mut request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: portcullis-e2e\r\nConnection: close\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: portcullis-e2e\r\nConnection: close\r\n"
     );
     for (name, value) in extra {
         request.push_str(&format!("{name}: {value}\r\n"));
@@ -343,10 +343,21 @@ pub fn http_get_with(
     path: &str,
     extra: &[(&str, &str)],
 ) -> std::io::Result<Answer> {
+    http_request(addr, "GET", host, path, extra)
+}
+
+/// One request of `method` without a body, as [`http_get_with`] sends it.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    host: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> std::io::Result<Answer> {
     let mut stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let request = get_request(host, path, extra);
+    let request = request_bytes(method, host, path, extra);
     stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
@@ -607,7 +618,7 @@ pub fn https_get(port: u16, server_name: &str, host: &str, path: &str) -> Option
         .arg(format!("127.0.0.1:{port}"))
         .arg("-servername")
         .arg(server_name);
-    let request = get_request(host, path, &[]);
+    let request = request_bytes("GET", host, path, &[]);
     let out = output_with_input(cmd, Some(request.as_bytes()), Duration::from_secs(10));
     parse_response(&out.stdout)
 }
@@ -703,7 +714,7 @@ pub fn http_get_from(
     stream.set_read_timeout(Some(IO_TIMEOUT)).ok()?;
     stream.set_write_timeout(Some(IO_TIMEOUT)).ok()?;
     stream
-        .write_all(get_request(host, path, &[]).as_bytes())
+        .write_all(request_bytes("GET", host, path, &[]).as_bytes())
         .ok()?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).ok()?;
