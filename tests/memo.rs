@@ -561,3 +561,340 @@ fn original_key(cm: &k8s_openapi::api::core::v1::ConfigMap) -> portcullis::objec
         cm.metadata.name.clone().unwrap_or_default(),
     )
 }
+
+/// The Gateway API's objects beside Ingresses: a Gateway with an HTTP and an HTTPS listener
+/// (its certificate from a fixture), HTTPRoutes with filters and annotations read by the
+/// route hooks, a cross-namespace backend permitted by a ReferenceGrant, and a listener that
+/// takes routes by a namespace selector.
+fn gateway_manifests() -> String {
+    use base64::Engine;
+    let fixture = |name: &str| {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/tls")
+            .join(name);
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
+    };
+    format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {{name: portcullis}}
+spec: {{controller: portcullis.io/ingress}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: web, namespace: shop, creationTimestamp: "2024-01-01T00:00:00Z"}}
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: shop.example.com
+      http:
+        paths:
+          - {{path: /, pathType: Prefix, backend: {{service: {{name: web, port: {{number: 80}}}}}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: api
+  namespace: shop
+  creationTimestamp: "2024-02-01T00:00:00Z"
+  annotations: {{haproxy.org/allow-list: 10.0.0.0/8}}
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: api.example.com
+      http:
+        paths:
+          - {{path: /api, pathType: Prefix, backend: {{service: {{name: api, port: {{number: 80}}}}}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: shop}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: api, namespace: shop}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: shop
+  labels: {{kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{{port: 8080}}]
+endpoints: [{{addresses: [10.0.0.1], conditions: {{ready: true}}}}]
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: team-a, labels: {{gateway: allowed}}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: gateway-tls, namespace: infra}}
+type: kubernetes.io/tls
+data: {{tls.crt: {crt}, tls.key: {key}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: portcullis}}
+spec: {{controllerName: portcullis.io/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: infra}}
+spec:
+  gatewayClassName: portcullis
+  listeners:
+    - {{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}
+    - name: https
+      port: 443
+      protocol: HTTPS
+      hostname: secure.example.com
+      tls: {{certificateRefs: [{{name: gateway-tls}}]}}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+    - name: selected
+      port: 80
+      protocol: HTTP
+      hostname: selected.example.com
+      allowedRoutes: {{namespaces: {{from: Selector, selector: {{matchLabels: {{gateway: allowed}}}}}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: store
+  namespace: shop
+  creationTimestamp: "2024-03-01T00:00:00Z"
+  annotations: {{haproxy.org/response-set-header: X-Route store}}
+spec:
+  parentRefs: [{{name: gw, namespace: infra, sectionName: http}}, {{name: gw, namespace: infra, sectionName: https}}]
+  hostnames: [store.example.com, secure.example.com]
+  rules:
+    - matches: [{{path: {{type: RegularExpression, value: "/items/[0-9]+"}}}}]
+      filters:
+        - type: CORS
+          cors: {{allowOrigins: ["https://*.example.com"], allowCredentials: true}}
+      backendRefs: [{{name: web, port: 80}}]
+    - backendRefs: [{{name: api, port: 80, weight: 3}}, {{name: echo, namespace: infra, port: 80}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: team, namespace: team-a}}
+spec:
+  parentRefs: [{{name: gw, namespace: infra, sectionName: selected}}]
+  rules:
+    - backendRefs: [{{name: echo, namespace: infra, port: 80}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: infra}}
+spec: {{ports: [{{port: 80}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: to-echo, namespace: infra}}
+spec:
+  from:
+    - {{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: shop}}
+    - {{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: team-a}}
+  to: [{{group: "", kind: Service}}]
+"#,
+        crt = fixture("ec.crt"),
+        key = fixture("ec.key"),
+    )
+}
+
+/// One object from a manifest.
+fn object(manifest: &str) -> Object {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("one.yaml"), manifest).unwrap();
+    let mut objects = load_dir(dir.path()).unwrap().objects;
+    assert_eq!(objects.len(), 1, "{manifest}");
+    objects.remove(0)
+}
+
+/// With HTTPRoutes present, runs after changes take the Ingresses' parts from the last run,
+/// and the Gateway API's parts are made again: a change to each thing an HTTPRoute depends
+/// on (an Ingress, endpoints, the route, its Gateway, a ReferenceGrant, a Namespace's labels,
+/// a Service) gives what a fresh pipeline gives.
+#[test]
+fn runs_with_httproutes_take_parts_and_give_what_a_fresh_pipeline_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("all.yaml"), gateway_manifests()).unwrap();
+    let mut store = Store::from_objects(load_dir(dir.path()).unwrap().objects);
+    let warm = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+    let first = warm.run(&store).unwrap();
+    // The routes are served, so that the steps below change what is rendered.
+    let files: String = first
+        .rendered
+        .files()
+        .values()
+        .map(|v| String::from_utf8_lossy(&v.bytes()).into_owned())
+        .collect();
+    for host in [
+        "store.example.com",
+        "secure.example.com",
+        "selected.example.com",
+    ] {
+        assert!(
+            files.contains(host),
+            "{host} is not routed:\n{files}\n{:#?}",
+            first.diagnostics
+        );
+    }
+    let fresh = |store: &Store| {
+        let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
+        summary(&pipeline.run(store).unwrap())
+    };
+    // Each step: what changed, the manifest upserted (none: the ReferenceGrant deleted), and
+    // the path the run must take.
+    let steps: Vec<(&str, Option<&str>, &str)> = vec![
+        (
+            "an Ingress changed",
+            Some(
+                    "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: web, namespace: shop, creationTimestamp: \"2024-01-01T00:00:00Z\"}
+spec:
+  ingressClassName: portcullis
+  rules:
+    - host: shop.example.com
+      http:
+        paths:
+          - {path: /new, pathType: Prefix, backend: {service: {name: web, port: {number: 80}}}}
+",
+            ),
+            "parts",
+        ),
+        (
+            "endpoints moved",
+            Some(
+                    "apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: shop
+  labels: {kubernetes.io/service-name: web}
+addressType: IPv4
+ports: [{port: 8080}]
+endpoints: [{addresses: [10.0.0.2], conditions: {ready: true}}]
+",
+            ),
+            "endpoints",
+        ),
+        (
+            "an HTTPRoute changed",
+            Some(
+                    "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: team
+  namespace: team-a
+  annotations: {haproxy.org/allow-list: 192.0.2.0/24}
+spec:
+  parentRefs: [{name: gw, namespace: infra, sectionName: selected}]
+  rules:
+    - matches: [{path: {type: Exact, value: /team}}]
+      backendRefs: [{name: echo, namespace: infra, port: 80}]
+",
+            ),
+            "parts",
+        ),
+        (
+            "the Gateway's listener hostname changed",
+            Some(
+                    "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: infra}
+spec:
+  gatewayClassName: portcullis
+  listeners:
+    - {name: http, port: 80, protocol: HTTP, hostname: store.example.com, allowedRoutes: {namespaces: {from: All}}}
+    - name: https
+      port: 443
+      protocol: HTTPS
+      hostname: secure.example.com
+      tls: {certificateRefs: [{name: gateway-tls}]}
+      allowedRoutes: {namespaces: {from: All}}
+    - name: selected
+      port: 80
+      protocol: HTTP
+      hostname: chosen.example.com
+      allowedRoutes: {namespaces: {from: Selector, selector: {matchLabels: {gateway: allowed}}}}
+",
+            ),
+            "parts",
+        ),
+        (
+            "the ReferenceGrant no longer permits team-a",
+            Some(
+                    "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: to-echo, namespace: infra}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: shop}]
+  to: [{group: \"\", kind: Service}]
+",
+            ),
+            "parts",
+        ),
+        (
+            "the Namespace's labels no longer match the selector",
+            Some(
+                    "apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {gateway: refused}}
+",
+            ),
+            "parts",
+        ),
+        (
+            "the ReferenceGrant removed",
+            None,
+            "parts",
+        ),
+        (
+            "a Service lost its port",
+            Some(
+                    "apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec: {ports: [{port: 8080}]}
+",
+            ),
+            "full",
+        ),
+        (
+            "the Namespace's labels match again",
+            Some(
+                    "apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {gateway: allowed}}
+",
+            ),
+            "parts",
+        ),
+    ];
+    let mut previous = summary(&first);
+    for (step, manifest, path) in steps {
+        match manifest {
+            Some(manifest) => store.upsert(object(manifest)),
+            None => store.delete(
+                Kind::ReferenceGrant,
+                &portcullis::objects::Key::new("infra", "to-echo"),
+            ),
+        }
+        let (output, report) = run(&warm, &store);
+        let warm_summary = summary(&output);
+        assert_eq!(warm_summary, fresh(&store), "{step}");
+        assert_eq!(report.path(), path, "{step}: {report:?}");
+        if path == "parts" && step != "an Ingress changed" {
+            // The Ingresses did not change: both their parts are taken.
+            assert_eq!(report.ingresses_taken(), 2, "{step}: {report:?}");
+        }
+        assert_ne!(warm_summary, previous, "{step} changed nothing");
+        previous = warm_summary;
+    }
+}

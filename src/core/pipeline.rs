@@ -70,7 +70,7 @@ pub enum RunReport {
     /// Every change since the last run was an EndpointSlice: only the servers of the
     /// `redone` backends were made again, the rest of the last output kept.
     Endpoints { redone: usize },
-    /// Only Ingresses and EndpointSlices changed: the parts of `ingresses_taken` unchanged
+    /// Only Ingresses, EndpointSlices and Gateway API objects changed: the parts of `ingresses_taken` unchanged
     /// Ingresses and `backends_taken` HTTP backends came from the last run, and haproxy.cfg
     /// was `patched` (its changed backend sections replaced) rather than rendered whole.
     Partial {
@@ -169,8 +169,8 @@ impl Pipeline {
     /// When every change since the previous run on this store is an EndpointSlice, and the
     /// time and certificates in force leave that run's output as it was (see
     /// [`Reuse::holds_for`]), only the backends of the Services whose endpoints changed are
-    /// redone, and only their sections rendered again. When the changes are Ingresses and
-    /// EndpointSlices, the Ingresses that are the same objects and the backends assembled
+    /// redone, and only their sections rendered again. When the changes are Ingresses,
+    /// EndpointSlices and Gateway API objects, the Ingresses that are the same objects and the backends assembled
     /// from the same inputs are taken from the last run ([`translate::parts`]). The output is
     /// the same either way: `tests/memo.rs` compares it with fresh pipelines. The report
     /// says which of these paths the run took.
@@ -341,7 +341,8 @@ struct PartChanges {
 }
 
 /// What changed since `previous`, when its translation parts are still valid for `store` and
-/// `inputs`: every change since is an Ingress or an EndpointSlice, and the time and
+/// `inputs`: every change since is an Ingress, an EndpointSlice or a Gateway API object
+/// (whose parts are made again in every run), and the time and
 /// certificates in force leave that run's output as it was. `None` otherwise.
 fn parts_still_valid(previous: &LastRun, store: &Store, inputs: &RunInputs) -> Option<PartChanges> {
     if !previous.reuse.holds_for(inputs) {
@@ -356,6 +357,12 @@ fn parts_still_valid(previous: &LastRun, store: &Store, inputs: &RunInputs) -> O
             Kind::EndpointSlice => changes
                 .moved_endpoints
                 .extend(change.service.iter().cloned()),
+            // Read by the Gateway API's parts alone, which every run makes again.
+            Kind::HttpRoute
+            | Kind::Gateway
+            | Kind::GatewayClass
+            | Kind::ReferenceGrant
+            | Kind::Namespace => {}
             _ => return None,
         }
     }

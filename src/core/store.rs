@@ -470,11 +470,6 @@ impl Store {
         &self.gateway_api[gateway_index(kind)]
     }
 
-    /// Whether any HTTPRoute is held (translation then takes nothing from the last run).
-    pub fn has_gateway_routes(&self) -> bool {
-        !self.gateway_api(Kind::HttpRoute).is_empty()
-    }
-
     /// Number of objects held, all kinds together.
     pub fn len(&self) -> usize {
         self.ingresses.len()

@@ -1,8 +1,9 @@
 //! Reuse of the last run's translation, as one layer around [`super::translate_ingress`] and
-//! [`super::assemble_backend`]: a run after changes to Ingresses and EndpointSlices alone
-//! takes the part of every Ingress that is the same object as before (the store shares an
-//! unchanged object as the same `Arc`), and of every HTTP backend registered with the same
-//! inputs whose Service's endpoints did not move; it patches the last run's Ingress order,
+//! [`super::assemble_backend`]: a run after changes to Ingresses, EndpointSlices and Gateway
+//! API objects alone takes the part of every Ingress that is the same object as before (the
+//! store shares an unchanged object as the same `Arc`), and of every HTTP backend registered
+//! with the same inputs whose Service's endpoints did not move; the Gateway API's parts are
+//! made again in every run, as replaced parts. It patches the last run's Ingress order,
 //! map claims and registration order where only the replaced parts moved, and takes the last
 //! HTTPS side whole while every part contributes to it what the one at its rank did. Anything
 //! else is made by the pure functions, as a run from scratch makes it; `tests/memo.rs`
@@ -27,8 +28,9 @@ use super::routes::{RouteCandidate, SortedClaims};
 use crate::objects::Key;
 use crate::store::Store;
 
-/// What a run may take from the last one: its parts, valid as long as nothing but Ingresses
-/// and EndpointSlices changed since (the caller's check), except the backends of the Services
+/// What a run may take from the last one: its parts, valid as long as nothing but Ingresses,
+/// EndpointSlices and Gateway API objects (read by the Gateway API's parts alone, which every
+/// run makes again) changed since (the caller's check), except the backends of the Services
 /// whose endpoints moved.
 #[derive(Debug, Clone, Copy)]
 pub struct Prior<'p> {

@@ -189,9 +189,10 @@ pub fn translate(
     )
 }
 
-/// [`translate`], taking from `prior` the parts of the last run, when nothing but Ingresses
-/// and EndpointSlices changed since (see [`parts`]), and patching what that run left in
-/// `carried` ([`parts::Parts::take_carried`]). The translation is the same.
+/// [`translate`], taking from `prior` the parts of the last run, when nothing but Ingresses,
+/// EndpointSlices and the Gateway API's objects changed since (see [`parts`]; the Gateway
+/// API's parts are made again in every run), and patching what that run left in `carried`
+/// ([`parts::Parts::take_carried`]). The translation is the same.
 pub fn translate_taking<'a>(
     store: &'a Store,
     config: &'a TranslateConfig,
@@ -201,9 +202,6 @@ pub fn translate_taking<'a>(
     carried: parts::Carried,
 ) -> Translation {
     // A run that takes parts keeps every remembered result: the parts stand for the work.
-    // HTTPRoutes' parts are made in every run: the parts of the last run are taken only
-    // while there are none.
-    let prior = prior.filter(|_| !store.has_gateway_routes());
     if prior.is_none() {
         policy.begin_run();
     }
