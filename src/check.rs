@@ -39,8 +39,9 @@ pub fn write_config(config: &RenderedConfig, dir: &Path) -> Result<(), CheckErro
                 std::fs::create_dir_all(parent)?;
             }
             let mut f = std::fs::File::create(&path)?;
-            content.write_to(&mut f)?;
-            f.sync_all()
+            // No fsync: a checked copy need not survive a crash, and thousands of
+            // certificates would each pay for one.
+            content.write_to(&mut f)
         };
         write().map_err(|source| CheckError::Write {
             path: path.display().to_string(),

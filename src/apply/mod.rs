@@ -344,6 +344,7 @@ impl Applier {
     /// Checks, writes and reloads (or starts) HAProxy, then verifies it took.
     async fn reload(&mut self, new: Applied, reasons: Vec<String>) -> Result<Outcome, ApplyError> {
         let reason_text = reasons.join("; ");
+        let began = std::time::Instant::now();
         // `haproxy -c` takes seconds on large configurations: keep it off the async threads.
         let (bin, rendered) = (self.haproxy_bin.clone(), new.rendered.clone());
         let checked = tokio::task::spawn_blocking(move || check::check_config(&bin, &rendered))
@@ -360,6 +361,7 @@ impl Applier {
             }
             Err(e) => return Err(ApplyError::Check(e)),
         }
+        let checked_at = began.elapsed();
         let taken = taken_binds(self.running.as_ref(), &new);
         if !taken.is_empty() {
             self.metrics.reload_failures.inc(&["check"]);
@@ -368,6 +370,7 @@ impl Applier {
             return Err(ApplyError::BindTaken(taken));
         }
         self.write_files(&new.rendered)?;
+        let written_at = began.elapsed();
         let config = self.config_dir.join(CONFIG_FILE);
         let mut alerts = Vec::new();
         let result = match &mut self.supervision {
@@ -408,6 +411,12 @@ impl Applier {
                 alerts,
             });
         }
+        tracing::debug!(
+            check_ms = checked_at.as_secs_f64() * 1e3,
+            write_ms = (written_at - checked_at).as_secs_f64() * 1e3,
+            load_ms = (began.elapsed() - written_at).as_secs_f64() * 1e3,
+            "configuration checked, written and loaded"
+        );
         // One reload, one count, labelled by its first reason.
         self.metrics
             .reloads
