@@ -152,6 +152,86 @@ fn scaling_from_none_to_sixty_and_back_never_reloads() {
     );
 }
 
+/// Who answers `/?uid=<u>` for each of `uids`.
+fn by_uid(h: &Harness, uids: std::ops::Range<u32>) -> Vec<String> {
+    uids.map(|u| h.who(HOST, &format!("/?uid={u}"))).collect()
+}
+
+/// A hashing balance (`url_param`) is written with `hash-type consistent`, so its backend takes
+/// servers at run time like any other: growing from none to four endpoints and to a fifth
+/// reloads nothing, a key keeps its endpoint, and the fifth takes over only a share of the keys.
+#[test]
+fn hash_balanced_backends_take_servers_at_run_time() {
+    let mut h = Harness::new();
+    let ports: Vec<u16> = (0..5).map(|i| h.echo(&format!("web-{i}"))).collect();
+    let slices = |n: usize| {
+        let endpoints: Vec<(String, u16, bool)> = ports[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i.to_string(), *p, true))
+            .collect();
+        let refs: Vec<(&str, u16, bool)> = endpoints
+            .iter()
+            .map(|(s, p, r)| (s.as_str(), *p, *r))
+            .collect();
+        endpoint_slices(NS, "web", &refs)
+    };
+    h.write(
+        "web.yaml",
+        &service(NS, "web", &[("haproxy.org/load-balance", "url_param uid")]),
+    );
+    h.write("ingress.yaml", &web_ingress());
+    h.start(&[]);
+    let start = h.reloads();
+    let cfg = h.admin("/debug/config").unwrap().body;
+    assert!(
+        cfg.contains("  balance url_param uid\n  hash-type consistent\n"),
+        "{cfg}"
+    );
+    assert!(!cfg.contains("server-template"), "no slots:\n{cfg}");
+
+    h.write("web-endpoints.yaml", &slices(4));
+    let four: BTreeSet<String> = (0..4).map(|i| format!("web-{i}")).collect();
+    let spread = poll(APPLY_TIMEOUT, || {
+        let seen: BTreeSet<String> = by_uid(&h, 0..64).into_iter().collect();
+        (seen == four).then_some(())
+    });
+    assert!(
+        spread.is_some(),
+        "64 keys do not reach the four endpoints\n{}",
+        h.log()
+    );
+    let before = by_uid(&h, 0..64);
+    assert_eq!(
+        by_uid(&h, 0..64),
+        before,
+        "a key changed endpoint on its own"
+    );
+
+    h.write("web-endpoints.yaml", &slices(5));
+    let mut after = Vec::new();
+    let grown = poll(APPLY_TIMEOUT, || {
+        after = by_uid(&h, 0..64);
+        after.contains(&"web-4".to_string()).then_some(())
+    });
+    assert!(
+        grown.is_some(),
+        "the fifth endpoint gets no key\n{}",
+        h.log()
+    );
+    // Map-based hashing would move about four keys in five; consistent hashing moves the
+    // fifth endpoint's share and leaves the others where they were.
+    let moved: Vec<u32> = (0..64u32)
+        .filter(|&u| before[u as usize] != after[u as usize])
+        .collect();
+    assert!(
+        moved.iter().all(|&u| after[u as usize] == "web-4"),
+        "keys moved between the old endpoints: {moved:?}\nbefore {before:?}\nafter {after:?}"
+    );
+    assert!(moved.len() <= 32, "{} of 64 keys moved", moved.len());
+    assert_eq!(h.reloads(), start, "a reload while the hashed backend grew");
+}
+
 /// An HTTP server on 127.0.0.1 that answers each request after `delay`, with body `slow`,
 /// counting the requests it started and finished.
 struct SlowServer {
