@@ -10,7 +10,7 @@
 //! like any other, with [`UNAVAILABLE_BACKEND`] as the value, so that its requests answer 503
 //! instead of falling through to a shorter prefix of the host (another backend's content).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -446,15 +446,12 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
     if canary_keys.is_empty() {
         return Vec::new();
     }
+    let index = CanaryIndex::new(&canary_keys);
     let mut claims: Claims<'_> = BTreeMap::new();
     for route in routes.iter().copied() {
         entries(route, |table, key, specificity| {
             if route.canary.is_none() {
-                let path = &key[route.host.len()..];
-                let overlaps = canary_keys.iter().any(|(host, canary_path)| {
-                    hosts_overlap(&route.host, host)
-                        && (path.starts_with(canary_path.as_str()) || canary_path.starts_with(path))
-                });
+                let overlaps = index.overlaps(&route.host, &key[route.host.len()..]);
                 if !overlaps {
                     return;
                 }
@@ -510,16 +507,63 @@ pub fn build_canaries(routes: &[&RouteCandidate], maps: &mut RouteMaps) -> Vec<C
 
 /// Whether one request could match keys of both hosts: the same host, a host and its
 /// one-label wildcard, or a rule without a host.
-fn hosts_overlap(a: &str, b: &str) -> bool {
-    let wild = |h: &str| -> String {
-        if h.starts_with("*.") {
-            h.to_string()
-        } else {
-            h.split_once('.')
-                .map_or_else(|| "*".to_string(), |(_, rest)| format!("*.{rest}"))
+/// The canary keys (host, path) by host, and the hosts by the wildcard that covers them, so
+/// that a route looks only at the canaries of the hosts it overlaps (see `hosts_overlap`),
+/// not at every canary.
+struct CanaryIndex<'k> {
+    keys: &'k [(&'k str, String)],
+    by_host: HashMap<&'k str, Vec<&'k str>>,
+    by_wildcard: HashMap<String, Vec<&'k str>>,
+}
+
+impl<'k> CanaryIndex<'k> {
+    fn new(keys: &'k [(&'k str, String)]) -> Self {
+        let mut by_host: HashMap<&str, Vec<&str>> = HashMap::new();
+        let mut by_wildcard: HashMap<String, Vec<&str>> = HashMap::new();
+        for (host, path) in keys {
+            let paths = by_host.entry(host).or_default();
+            if paths.is_empty() && !host.is_empty() && !host.starts_with("*.") {
+                by_wildcard.entry(wildcard_of(host)).or_default().push(host);
+            }
+            paths.push(path.as_str());
         }
-    };
-    a == b || a.is_empty() || b.is_empty() || wild(a) == b || wild(b) == a
+        CanaryIndex {
+            keys,
+            by_host,
+            by_wildcard,
+        }
+    }
+
+    /// Whether a canary's key overlaps `host` and `path` (one path a prefix of the other).
+    fn overlaps(&self, host: &str, path: &str) -> bool {
+        let on = |canary: &&str| path.starts_with(canary) || canary.starts_with(path);
+        if host.is_empty() {
+            return self.keys.iter().any(|(_, p)| on(&p.as_str()));
+        }
+        let wildcard = wildcard_of(host);
+        let covered = self.by_wildcard.get(host).into_iter().flatten().copied();
+        [host, "", wildcard.as_str()]
+            .into_iter()
+            .chain(covered)
+            .filter_map(|h| self.by_host.get(h))
+            .any(|paths| paths.iter().any(on))
+    }
+}
+
+#[cfg(test)]
+fn hosts_overlap(a: &str, b: &str) -> bool {
+    a == b || a.is_empty() || b.is_empty() || wildcard_of(a) == b || wildcard_of(b) == a
+}
+
+/// The wildcard host that covers `host` (`a.example.com` → `*.example.com`); a wildcard
+/// covers itself.
+fn wildcard_of(host: &str) -> String {
+    if host.starts_with("*.") {
+        host.to_string()
+    } else {
+        host.split_once('.')
+            .map_or_else(|| "*".to_string(), |(_, rest)| format!("*.{rest}"))
+    }
 }
 
 /// `a` + the first 10 hex digits of the SHA-256 of the set's conditions and routes.
@@ -562,6 +606,50 @@ fn host_label(host: &str) -> String {
 mod tests {
     use super::*;
     use crate::objects::{Key, Kind};
+
+    #[test]
+    fn the_canary_index_finds_what_comparing_every_canary_finds() {
+        let hosts = [
+            "",
+            "a.example.com",
+            "b.example.com",
+            "*.example.com",
+            "x.a.example.com",
+            "*.a.example.com",
+            "example.com",
+            "other.org",
+            "localhost",
+        ];
+        let paths = ["/", "/api", "/api/v1", "/web", "/apiary"];
+        // Every subset of hosts in turn holds canaries, at two paths.
+        for mask in 0..(1_u32 << hosts.len()) {
+            let keys: Vec<(&str, String)> = hosts
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .flat_map(|(i, h)| {
+                    [
+                        (*h, paths[i % paths.len()].to_string()),
+                        (*h, "/api/v1".to_string()),
+                    ]
+                })
+                .collect();
+            let index = CanaryIndex::new(&keys);
+            for host in hosts {
+                for path in paths {
+                    let plain = keys.iter().any(|(h, p)| {
+                        hosts_overlap(host, h)
+                            && (path.starts_with(p.as_str()) || p.starts_with(path))
+                    });
+                    assert_eq!(
+                        index.overlaps(host, path),
+                        plain,
+                        "{host}{path} in {keys:?}"
+                    );
+                }
+            }
+        }
+    }
 
     fn route(host: &str, path: &str, kind: PathKind, value: &str, rank: usize) -> RouteCandidate {
         RouteCandidate {
