@@ -818,7 +818,7 @@ impl<'a> Translator<'a> {
                     .made_ingress(rank, part, operations.is_some())
             }
         };
-        self.absorb_ingress(key, &part);
+        self.absorb_ingress(&ObjectRef::new(Kind::Ingress, key), &part);
         self.ingress_parts.push(part);
     }
 
@@ -897,9 +897,10 @@ impl<'a> Translator<'a> {
         }
     }
 
-    /// Takes an Ingress' part into this run's state, as translating it here would have.
-    /// The part is the next of `ingress_parts` (pushed after this).
-    fn absorb_ingress(&mut self, key: &Key, part: &parts::IngressPart) {
+    /// Takes the part of `object` (an Ingress, or a Gateway API object) into this run's state,
+    /// as translating it here would have. The part is the next of `ingress_parts` (pushed
+    /// after this).
+    fn absorb_ingress(&mut self, object: &ObjectRef, part: &parts::IngressPart) {
         for capture in &part.captures {
             match self
                 .captures
@@ -918,7 +919,7 @@ impl<'a> Translator<'a> {
                         Ok(()) => self.captures.push(capture.clone()),
                         Err(e) => self.diags.object(
                             Severity::Error,
-                            &ObjectRef::new(Kind::Ingress, key),
+                            object,
                             "annotation request-capture",
                             e,
                         ),

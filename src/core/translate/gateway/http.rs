@@ -93,22 +93,32 @@ impl Translator<'_> {
             self.budget = t.budget;
             let operations = t.budget.used_since(before).unwrap_or(0);
             let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, operations);
-            self.gateway_part(rank, &state.key, part);
+            self.gateway_part(rank, &ObjectRef::new(Kind::HttpRoute, &state.key), part);
             rank += 1;
         }
         let mut t = Translator::new(&self.ctx);
         t.listener_certificates(&attachments);
         let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, 0);
-        self.gateway_part(rank, &Key::new("", ""), part);
+        // Its certificates' diagnostics name their Gateway already.
+        self.gateway_part(
+            rank,
+            &ObjectRef::new(Kind::Gateway, &Key::new("", "")),
+            part,
+        );
     }
 
     /// A part of the Gateway API at age rank `rank`, after the Ingresses'. It is made in
     /// every run (it depends on Gateways, ReferenceGrants, Namespaces and every other route),
     /// so a run that takes the Ingresses' parts from the last one counts it as replaced: its
     /// claims, registrations and HTTPS side are gathered again, or taken when the same.
-    fn gateway_part(&mut self, rank: usize, key: &Key, part: super::super::parts::IngressPart) {
+    fn gateway_part(
+        &mut self,
+        rank: usize,
+        object: &ObjectRef,
+        part: super::super::parts::IngressPart,
+    ) {
         let part = self.incremental.made_ingress(rank, part, true);
-        self.absorb_ingress(key, &part);
+        self.absorb_ingress(object, &part);
         self.ingress_parts.push(part);
     }
 
