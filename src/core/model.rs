@@ -1515,10 +1515,14 @@ pub struct Cors {
     /// HAProxy answers preflight requests from allowed origins itself (204).
     pub respond_to_options: bool,
     /// `Access-Control-Expose-Headers`: header names joined by `, `, or `*`; empty: none.
+    /// This field and the next are not serialized when unset, so that the policy ids of
+    /// routes without them stay what they were.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub expose_headers: String,
     /// A `*` origin, method or header list is answered with what the request asked for (its
     /// `Origin`, `Access-Control-Request-Method`, `Access-Control-Request-Headers`): browsers
     /// read `*` literally on credentialed requests.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub echo_wildcards: bool,
 }
 
