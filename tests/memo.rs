@@ -716,9 +716,10 @@ fn object(manifest: &str) -> Object {
 }
 
 /// With HTTPRoutes present, runs after changes take the Ingresses' parts from the last run,
-/// and the Gateway API's parts are made again: a change to each thing an HTTPRoute depends
-/// on (an Ingress, endpoints, the route, its Gateway, a ReferenceGrant, a Namespace's labels,
-/// a Service) gives what a fresh pipeline gives.
+/// and an HTTPRoute's part when what it was made from is the same: a change to each thing an
+/// HTTPRoute depends on (an Ingress, endpoints, the route, its Gateway, a ReferenceGrant, a
+/// Namespace's labels, a Service) makes again the parts it touches, and gives what a fresh
+/// pipeline gives.
 #[test]
 fn runs_with_httproutes_take_parts_and_give_what_a_fresh_pipeline_gives() {
     let dir = tempfile::tempdir().unwrap();
@@ -748,9 +749,9 @@ fn runs_with_httproutes_take_parts_and_give_what_a_fresh_pipeline_gives() {
         let pipeline = Pipeline::load(None, None, TranslateConfig::default()).unwrap();
         summary(&pipeline.run(store).unwrap())
     };
-    // Each step: what changed, the manifest upserted (none: the ReferenceGrant deleted), and
-    // the path the run must take.
-    let steps: Vec<(&str, Option<&str>, &str)> = vec![
+    // Each step: what changed, the manifest upserted (none: the ReferenceGrant deleted), the
+    // path the run must take and how many HTTPRoute parts it takes (of `store` and `team`).
+    let steps: Vec<(&str, Option<&str>, &str, usize)> = vec![
         (
             "an Ingress changed",
             Some(
@@ -767,6 +768,7 @@ spec:
 ",
             ),
             "parts",
+            2,
         ),
         (
             "endpoints moved",
@@ -783,6 +785,7 @@ endpoints: [{addresses: [10.0.0.2], conditions: {ready: true}}]
 ",
             ),
             "endpoints",
+            0,
         ),
         (
             "an HTTPRoute changed",
@@ -801,6 +804,7 @@ spec:
 ",
             ),
             "parts",
+            1,
         ),
         (
             "the Gateway's listener hostname changed",
@@ -826,6 +830,7 @@ spec:
 ",
             ),
             "parts",
+            0,
         ),
         (
             "the ReferenceGrant no longer permits team-a",
@@ -839,6 +844,7 @@ spec:
 ",
             ),
             "parts",
+            1,
         ),
         (
             "the Namespace's labels no longer match the selector",
@@ -849,11 +855,13 @@ metadata: {name: team-a, labels: {gateway: refused}}
 ",
             ),
             "parts",
+            1,
         ),
         (
             "the ReferenceGrant removed",
             None,
             "parts",
+            1,
         ),
         (
             "a Service lost its port",
@@ -865,6 +873,7 @@ spec: {ports: [{port: 8080}]}
 ",
             ),
             "full",
+            0,
         ),
         (
             "the Namespace's labels match again",
@@ -875,10 +884,11 @@ metadata: {name: team-a, labels: {gateway: allowed}}
 ",
             ),
             "parts",
+            1,
         ),
     ];
     let mut previous = summary(&first);
-    for (step, manifest, path) in steps {
+    for (step, manifest, path, routes_taken) in steps {
         match manifest {
             Some(manifest) => store.upsert(object(manifest)),
             None => store.delete(
@@ -890,6 +900,7 @@ metadata: {name: team-a, labels: {gateway: allowed}}
         let warm_summary = summary(&output);
         assert_eq!(warm_summary, fresh(&store), "{step}");
         assert_eq!(report.path(), path, "{step}: {report:?}");
+        assert_eq!(report.routes_taken(), routes_taken, "{step}: {report:?}");
         if path == "parts" && step != "an Ingress changed" {
             // The Ingresses did not change: both their parts are taken.
             assert_eq!(report.ingresses_taken(), 2, "{step}: {report:?}");

@@ -70,11 +70,13 @@ pub enum RunReport {
     /// Every change since the last run was an EndpointSlice: only the servers of the
     /// `redone` backends were made again, the rest of the last output kept.
     Endpoints { redone: usize },
-    /// Only Ingresses, EndpointSlices and Gateway API objects changed: the parts of `ingresses_taken` unchanged
-    /// Ingresses and `backends_taken` HTTP backends came from the last run, and haproxy.cfg
-    /// was `patched` (its changed backend sections replaced) rather than rendered whole.
+    /// Only Ingresses, EndpointSlices and Gateway API objects changed: the parts of
+    /// `ingresses_taken` unchanged Ingresses, `routes_taken` HTTPRoutes made from the same
+    /// inputs and `backends_taken` HTTP backends came from the last run, and haproxy.cfg was
+    /// `patched` (its changed backend sections replaced) rather than rendered whole.
     Partial {
         ingresses_taken: usize,
+        routes_taken: usize,
         backends_taken: usize,
         patched: bool,
     },
@@ -98,6 +100,14 @@ impl RunReport {
     /// Whether a run that took parts patched the last haproxy.cfg.
     pub fn patched(&self) -> bool {
         matches!(self, RunReport::Partial { patched: true, .. })
+    }
+
+    /// How many HTTPRoute parts the run took from the last one.
+    pub fn routes_taken(&self) -> usize {
+        match self {
+            RunReport::Partial { routes_taken, .. } => *routes_taken,
+            _ => 0,
+        }
     }
 
     /// How many Ingress parts the run took from the last one.
@@ -216,8 +226,9 @@ impl Pipeline {
             });
         let translation =
             translate::translate_taking(store, &self.config, &self.policy, inputs, prior, carried);
-        let (ingresses_taken, backends_taken) = (
+        let (ingresses_taken, routes_taken, backends_taken) = (
             translation.parts.ingresses_taken(),
+            translation.parts.routes_taken(),
             translation.parts.backends_taken(),
         );
         let mut model = translation.model;
@@ -237,6 +248,7 @@ impl Pipeline {
         let report = match &prior {
             Some(_) => RunReport::Partial {
                 ingresses_taken,
+                routes_taken,
                 backends_taken,
                 patched: patched.is_some(),
             },
@@ -342,7 +354,7 @@ struct PartChanges {
 
 /// What changed since `previous`, when its translation parts are still valid for `store` and
 /// `inputs`: every change since is an Ingress, an EndpointSlice or a Gateway API object
-/// (whose parts are made again in every run), and the time and
+/// (whose parts are taken only when made from the same inputs), and the time and
 /// certificates in force leave that run's output as it was. `None` otherwise.
 fn parts_still_valid(previous: &LastRun, store: &Store, inputs: &RunInputs) -> Option<PartChanges> {
     if !previous.reuse.holds_for(inputs) {
@@ -357,7 +369,7 @@ fn parts_still_valid(previous: &LastRun, store: &Store, inputs: &RunInputs) -> O
             Kind::EndpointSlice => changes
                 .moved_endpoints
                 .extend(change.service.iter().cloned()),
-            // Read by the Gateway API's parts alone, which every run makes again.
+            // Read by the HTTPRoutes' parts alone, taken only when made from the same inputs.
             Kind::HttpRoute
             | Kind::Gateway
             | Kind::GatewayClass

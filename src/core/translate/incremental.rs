@@ -2,10 +2,12 @@
 //! [`super::assemble_backend`]: a run after changes to Ingresses, EndpointSlices and Gateway
 //! API objects alone takes the part of every Ingress that is the same object as before (the
 //! store shares an unchanged object as the same `Arc`), and of every HTTP backend registered
-//! with the same inputs whose Service's endpoints did not move; the Gateway API's parts are
-//! made again in every run, as replaced parts. It patches the last run's Ingress order,
-//! map claims and registration order where only the replaced parts moved, and takes the last
-//! HTTPS side whole while every part contributes to it what the one at its rank did. Anything
+//! with the same inputs whose Service's endpoints did not move, and of every HTTPRoute made
+//! from the same inputs (`gateway::http::RouteInputs`: the object, what its Gateways made
+//! of it, its age ranks, its backend refs as they resolve). It patches the last run's
+//! Ingress order, map claims and registration order where only the replaced parts moved, and
+//! takes the last HTTPS side whole while every part contributes to it what the one at its
+//! rank did. Anything
 //! else is made by the pure functions, as a run from scratch makes it; `tests/memo.rs`
 //! compares warm pipelines with fresh ones.
 //!
@@ -20,6 +22,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use super::RunInputs;
 use super::backends::ResolvedPort;
 use super::class::{ClassFilter, HostOwners};
+use super::gateway::http::RouteInputs;
 use super::parts::{
     BackendPart, Carried, IngressOrder, IngressPart, Parts, PartsTls, RedirectMap, Registration,
     RegistrationOrder, TlsKept, TlsMain,
@@ -29,8 +32,8 @@ use crate::objects::Key;
 use crate::store::Store;
 
 /// What a run may take from the last one: its parts, valid as long as nothing but Ingresses,
-/// EndpointSlices and Gateway API objects (read by the Gateway API's parts alone, which every
-/// run makes again) changed since (the caller's check), except the backends of the Services
+/// EndpointSlices and Gateway API objects (read by the HTTPRoutes' parts alone, which are
+/// taken only when made from the same inputs) changed since (the caller's check), except the backends of the Services
 /// whose endpoints moved.
 #[derive(Debug, Clone, Copy)]
 pub struct Prior<'p> {
@@ -271,6 +274,25 @@ impl<'p> Incremental<'p> {
             );
             self.kept.backends.push(part.clone());
         }
+    }
+
+    /// The last run's part of HTTPRoute `key`, when it was made from `inputs`.
+    pub(super) fn route(&self, key: &Key, inputs: &RouteInputs) -> Option<&'p Arc<IngressPart>> {
+        let (was, part) = self.prior?.parts.routes.get(key)?;
+        (was == inputs).then_some(part)
+    }
+
+    /// The part taken for an HTTPRoute, at the age rank it had (its inputs hold the rank).
+    pub(super) fn took_route(&mut self, rank: usize, part: &Arc<IngressPart>) -> Arc<IngressPart> {
+        debug_assert_eq!(part.rank, rank);
+        self.kept.routes_taken += 1;
+        self.keep_ingress(rank, part.clone(), true)
+    }
+
+    /// Keeps an HTTPRoute's part, made from `inputs`, for the next run; a part taken keeps
+    /// its inputs from the last run.
+    pub(super) fn keep_route(&mut self, key: Key, inputs: RouteInputs, part: &Arc<IngressPart>) {
+        self.kept.routes.insert(key, (inputs, part.clone()));
     }
 
     /// The parts this run made or took, for the next.

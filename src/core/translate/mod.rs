@@ -190,8 +190,8 @@ pub fn translate(
 }
 
 /// [`translate`], taking from `prior` the parts of the last run, when nothing but Ingresses,
-/// EndpointSlices and the Gateway API's objects changed since (see [`parts`]; the Gateway
-/// API's parts are made again in every run), and patching what that run left in `carried`
+/// EndpointSlices and the Gateway API's objects changed since (see [`parts`]; an HTTPRoute's
+/// part is taken only when made from the same inputs), and patching what that run left in `carried`
 /// ([`parts::Parts::take_carried`]). The translation is the same.
 pub fn translate_taking<'a>(
     store: &'a Store,

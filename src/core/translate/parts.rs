@@ -326,6 +326,10 @@ pub struct Parts {
     pub(super) registrations: Option<RegistrationOrder>,
     /// The run's HTTPS side (see [`PartsTls`]).
     pub(super) tls: Option<TlsKept>,
+    /// Each HTTPRoute's part with what it was made from.
+    pub(super) routes: BTreeMap<Key, (super::gateway::http::RouteInputs, Arc<IngressPart>)>,
+    /// How many HTTPRoute parts the run that made these took from the run before.
+    pub(super) routes_taken: usize,
 }
 
 impl Parts {
@@ -339,6 +343,11 @@ impl Parts {
                 self.backends.remove(at);
             }
         }
+    }
+
+    /// How many HTTPRoute parts the run that made these took from the run before it.
+    pub fn routes_taken(&self) -> usize {
+        self.routes_taken
     }
 
     /// How many Ingress parts the run that made these took from the run before it.

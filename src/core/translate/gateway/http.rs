@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, ServiceBackendPort};
 
-use super::{Attachments, Frontend, attach, backend_ref, http_routes};
+use super::{Attachments, Frontend, RouteState, attach, backend_ref, http_routes};
 use crate::diagnostics::Severity;
 use crate::model::{
     AclCondition, Cors, CorsOrigin, CrtListEntry, Redirect, RedirectPath, RouteSettings,
@@ -85,15 +85,49 @@ impl Translator<'_> {
             let Some(route) = routes.get(&state.key) else {
                 continue;
             };
-            // The route hooks run on the run's budget, after the Ingresses', as theirs do.
-            let mut t = Translator::new(&self.ctx);
-            let before = self.budget;
-            t.budget = before;
-            t.http_route(&state.key, route, r, &attachments, &ranks[r]);
-            self.budget = t.budget;
-            let operations = t.budget.used_since(before).unwrap_or(0);
-            let part = t.into_ingress_part(Arc::new(Ingress::default()), rank, operations);
-            self.gateway_part(rank, &ObjectRef::new(Kind::HttpRoute, &state.key), part);
+            let object = ObjectRef::new(Kind::HttpRoute, &state.key);
+            let inputs = self.route_inputs(route, state, &attachments, rank, &ranks[r]);
+            // The last run's part when made from the same inputs, charged the operations its
+            // hooks used, as an Ingress' part is.
+            let taken = inputs
+                .as_ref()
+                .and_then(|i| self.incremental.route(&state.key, i))
+                .filter(|part| self.budget.charge(part.operations));
+            let part = match taken {
+                Some(part) => {
+                    let part = self.incremental.took_route(rank, part);
+                    if let Some(inputs) = inputs {
+                        self.incremental
+                            .keep_route(state.key.clone(), inputs, &part);
+                    }
+                    part
+                }
+                None => {
+                    // The route hooks run on the run's budget, after the Ingresses'.
+                    let mut t = Translator::new(&self.ctx);
+                    let before = self.budget;
+                    t.budget = before;
+                    t.http_route(&state.key, route, r, &attachments, &ranks[r]);
+                    self.budget = t.budget;
+                    let operations = t.budget.used_since(before);
+                    let part = t.into_ingress_part(
+                        Arc::new(Ingress::default()),
+                        rank,
+                        operations.unwrap_or(0),
+                    );
+                    // A part whose hook call was stopped is not kept, as an Ingress' is not.
+                    let part = self
+                        .incremental
+                        .made_ingress(rank, part, operations.is_some());
+                    if let (Some(inputs), Some(_)) = (inputs, operations) {
+                        self.incremental
+                            .keep_route(state.key.clone(), inputs, &part);
+                    }
+                    part
+                }
+            };
+            self.absorb_ingress(&object, &part);
+            self.ingress_parts.push(part);
             rank += 1;
         }
         let mut t = Translator::new(&self.ctx);
@@ -107,10 +141,61 @@ impl Translator<'_> {
         );
     }
 
-    /// A part of the Gateway API at age rank `rank`, after the Ingresses'. It is made in
-    /// every run (it depends on Gateways, ReferenceGrants, Namespaces and every other route),
-    /// so a run that takes the Ingresses' parts from the last one counts it as replaced: its
-    /// claims, registrations and HTTPS side are gathered again, or taken when the same.
+    /// What an HTTPRoute's part is made from besides the run's context (which a run taking
+    /// parts shares with the last one): the object, what [`attach`] found for it, the
+    /// frontends of its listeners, whether both protocols are served, its age ranks and its
+    /// backend refs as they resolve now. `None` when the store does not hold it.
+    fn route_inputs(
+        &self,
+        route: &HttpRoute,
+        state: &RouteState,
+        attachments: &Attachments,
+        rank: usize,
+        ranks: &Ranks,
+    ) -> Option<RouteInputs> {
+        let object = self
+            .store
+            .gateway_api(Kind::HttpRoute)
+            .get(&state.key)?
+            .clone();
+        let served = |f: Frontend| {
+            attachments
+                .gateways
+                .iter()
+                .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
+        };
+        let mut ranks: Vec<((usize, usize), usize)> = ranks.iter().map(|(k, v)| (*k, *v)).collect();
+        ranks.sort_unstable();
+        Some(RouteInputs {
+            object,
+            state: state.clone(),
+            frontends: state
+                .parents
+                .iter()
+                .flat_map(|p| &p.listeners)
+                .map(|(g, l, _)| attachments.gateways[*g].listeners[*l].frontend)
+                .collect(),
+            both: served(Frontend::Http) && served(Frontend::Https),
+            rank,
+            ranks,
+            refs: route
+                .spec
+                .rules
+                .iter()
+                .flat_map(|rule| &rule.backend_refs)
+                .map(|r| {
+                    backend_ref(self.store, &state.key, &r.reference)
+                        .ok()
+                        .map(|(_, service, port)| (service, port))
+                })
+                .collect(),
+        })
+    }
+
+    /// A part of the Gateway API made in every run (the listeners' certificates) at age rank
+    /// `rank`, after the Ingresses' and HTTPRoutes': a run that takes parts from the last one
+    /// counts it as replaced (its claims and HTTPS side are gathered again, or taken when the
+    /// same).
     fn gateway_part(
         &mut self,
         rank: usize,
@@ -663,6 +748,44 @@ fn path_type_fact(m: &HttpRouteMatch) -> &'static str {
         Some("Exact") => "Exact",
         Some("RegularExpression") => "RegularExpression",
         _ => "PathPrefix",
+    }
+}
+
+/// What an HTTPRoute's part was made from (see `Translator::route_inputs`): the part is
+/// taken by a later run only when these are the same (the object and the Services the very
+/// same, kept alive here so that their addresses are not reused).
+#[derive(Debug)]
+pub(in crate::translate) struct RouteInputs {
+    object: Arc<crate::objects::GatewayApi>,
+    state: RouteState,
+    frontends: Vec<Option<Frontend>>,
+    both: bool,
+    rank: usize,
+    ranks: Vec<((usize, usize), usize)>,
+    refs: Vec<Option<(Arc<crate::objects::Service>, i32)>>,
+}
+
+impl PartialEq for RouteInputs {
+    fn eq(&self, other: &Self) -> bool {
+        let same_ref =
+            |a: &Option<(Arc<crate::objects::Service>, i32)>,
+             b: &Option<(Arc<crate::objects::Service>, i32)>| match (a, b) {
+                (Some((a, p)), Some((b, q))) => Arc::ptr_eq(a, b) && p == q,
+                (None, None) => true,
+                _ => false,
+            };
+        Arc::ptr_eq(&self.object, &other.object)
+            && self.rank == other.rank
+            && self.both == other.both
+            && self.frontends == other.frontends
+            && self.ranks == other.ranks
+            && self.state == other.state
+            && self.refs.len() == other.refs.len()
+            && self
+                .refs
+                .iter()
+                .zip(&other.refs)
+                .all(|(a, b)| same_ref(a, b))
     }
 }
 
