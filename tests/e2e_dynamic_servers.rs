@@ -49,6 +49,17 @@ fn servers(h: &Harness, backend: &str) -> Vec<(u32, String, u16, u32)> {
         .collect()
 }
 
+/// The EndpointSlice of Service `web` with an endpoint, ready, on each of `ports`.
+fn ready_endpoints(ports: &[u16]) -> String {
+    let names: Vec<String> = (0..ports.len()).map(|i| i.to_string()).collect();
+    let endpoints: Vec<(&str, u16, bool)> = names
+        .iter()
+        .zip(ports)
+        .map(|(name, port)| (name.as_str(), *port, true))
+        .collect();
+    endpoint_slices(NS, "web", &endpoints)
+}
+
 /// Waits until round robin over `requests` requests shows exactly `want` and stays so.
 fn wait_answering(h: &Harness, want: &BTreeSet<String>, requests: usize) {
     let seen = poll(APPLY_TIMEOUT, || {
@@ -71,18 +82,7 @@ fn wait_answering(h: &Harness, want: &BTreeSet<String>, requests: usize) {
 fn scaling_from_none_to_sixty_and_back_never_reloads() {
     let mut h = Harness::new();
     let ports: Vec<u16> = (0..60).map(|i| h.echo(&format!("web-{i}"))).collect();
-    let slices = |n: usize| {
-        let endpoints: Vec<(String, u16, bool)> = ports[..n]
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i.to_string(), *p, true))
-            .collect();
-        let refs: Vec<(&str, u16, bool)> = endpoints
-            .iter()
-            .map(|(s, p, r)| (s.as_str(), *p, *r))
-            .collect();
-        endpoint_slices(NS, "web", &refs)
-    };
+    let slices = |n: usize| ready_endpoints(&ports[..n]);
     h.write(
         "web.yaml",
         &service(
@@ -164,18 +164,7 @@ fn by_uid(h: &Harness, uids: std::ops::Range<u32>) -> Vec<String> {
 fn hash_balanced_backends_take_servers_at_run_time() {
     let mut h = Harness::new();
     let ports: Vec<u16> = (0..5).map(|i| h.echo(&format!("web-{i}"))).collect();
-    let slices = |n: usize| {
-        let endpoints: Vec<(String, u16, bool)> = ports[..n]
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (i.to_string(), *p, true))
-            .collect();
-        let refs: Vec<(&str, u16, bool)> = endpoints
-            .iter()
-            .map(|(s, p, r)| (s.as_str(), *p, *r))
-            .collect();
-        endpoint_slices(NS, "web", &refs)
-    };
+    let slices = |n: usize| ready_endpoints(&ports[..n]);
     h.write(
         "web.yaml",
         &service(NS, "web", &[("haproxy.org/load-balance", "url_param uid")]),
