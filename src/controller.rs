@@ -804,6 +804,11 @@ async fn apply_output(
         &pipeline.renderer,
         applier.running(),
     );
+    // With nothing running, the structure is first needed by the next change: it is rendered
+    // while HAProxy starts.
+    if applier.running().is_none() {
+        next.render_structure_ahead();
+    }
     tracing::debug!(
         following_ms = started.elapsed().as_secs_f64() * 1e3,
         "configuration prepared"

@@ -179,22 +179,23 @@ fn a_certificate_haproxy_refuses_is_left_out_with_an_error_on_its_secret() {
     let (crt, key) = self_signed(&h.work(), "secure.example.com", "good");
     let web = h.backend(NS, "web");
     h.write("web.yaml", &web);
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[
-                route(Some("secure.example.com"), "/", "Prefix", "web"),
-                route(Some("bad.example.com"), "/", "Prefix", "web"),
-            ],
-            None,
-            &[
-                ("secure-tls", &["secure.example.com"]),
-                ("bad-tls", &["bad.example.com"]),
-            ],
-        ),
-    );
+    // Ingress `secure` serving `<name>.example.com` with Secret `<name>-tls` for each name.
+    let secure_ingress = |names: &[&str]| {
+        let hosts: Vec<String> = names.iter().map(|n| format!("{n}.example.com")).collect();
+        let secrets: Vec<String> = names.iter().map(|n| format!("{n}-tls")).collect();
+        let routes: Vec<_> = hosts
+            .iter()
+            .map(|host| route(Some(host), "/", "Prefix", "web"))
+            .collect();
+        let tls: Vec<(&str, [&str; 1])> = secrets
+            .iter()
+            .zip(&hosts)
+            .map(|(secret, host)| (secret.as_str(), [host.as_str()]))
+            .collect();
+        let tls: Vec<(&str, &[&str])> = tls.iter().map(|(s, h)| (*s, &h[..])).collect();
+        ingress(NS, "secure", &routes, None, &tls)
+    };
+    h.write("ingress.yaml", &secure_ingress(&["secure", "bad"]));
     h.write("secret.yaml", &tls_secret(NS, "secure-tls", &crt, &key));
     let other_key = h.work().join("other-ed25519.key");
     let mut cmd = std::process::Command::new("openssl");
@@ -238,24 +239,7 @@ fn a_certificate_haproxy_refuses_is_left_out_with_an_error_on_its_secret() {
             &other_key,
         ),
     );
-    h.write(
-        "ingress.yaml",
-        &ingress(
-            NS,
-            "secure",
-            &[
-                route(Some("secure.example.com"), "/", "Prefix", "web"),
-                route(Some("bad.example.com"), "/", "Prefix", "web"),
-                route(Some("late.example.com"), "/", "Prefix", "web"),
-            ],
-            None,
-            &[
-                ("secure-tls", &["secure.example.com"]),
-                ("bad-tls", &["bad.example.com"]),
-                ("late-tls", &["late.example.com"]),
-            ],
-        ),
-    );
+    h.write("ingress.yaml", &secure_ingress(&["secure", "bad", "late"]));
     wait_until(APPLY_TIMEOUT, "the late certificate is refused", || {
         h.log()
             .lines()

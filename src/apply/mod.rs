@@ -299,7 +299,7 @@ impl Applier {
         }
         if plan.commands.is_empty()
             && running.rendered == new.rendered
-            && running.structure == new.structure
+            && running.structure() == new.structure()
         {
             return Ok(Outcome::Unchanged);
         }

@@ -26,20 +26,18 @@ pub struct Applied {
     pub model: Model,
     pub rendered: RenderedConfig,
     /// haproxy.cfg as the templates in force rendered it with every runtime-changeable part
-    /// blanked out. Two configurations with equal structure differ only in what the runtime
-    /// API can change. Rendered when the configuration is made, with the templates of that
-    /// moment, so that a template edit shows as a structural change.
-    pub structure: Content,
-    /// The blanked model `structure` is the rendering of, and the renderer that rendered it.
-    blanked: Model,
-    renderer: u64,
+    /// blanked out (see [`Applied::structure`]), rendered on first use.
+    structure: Arc<std::sync::OnceLock<Content>>,
+    /// The blanked model `structure` is the rendering of, and the renderer that renders it.
+    blanked: Arc<Model>,
+    renderer: Arc<Renderer>,
     /// The words of each backend's `default-server` line in `structure`, read when a server is
     /// first added, and shared by the configurations with this structure.
     keywords: Arc<std::sync::OnceLock<BTreeMap<String, Vec<String>>>>,
 }
 
 impl Applied {
-    pub fn new(model: Model, rendered: RenderedConfig, renderer: &Renderer) -> Self {
+    pub fn new(model: Model, rendered: RenderedConfig, renderer: &Arc<Renderer>) -> Self {
         Self::following(model, rendered, renderer, None)
     }
 
@@ -50,32 +48,55 @@ impl Applied {
     pub fn following(
         model: Model,
         rendered: RenderedConfig,
-        renderer: &Renderer,
+        renderer: &Arc<Renderer>,
         previous: Option<&Applied>,
     ) -> Self {
         let blanked = blank_runtime_parts(&model, previous);
-        let same = previous.filter(|p| p.renderer == renderer.id() && p.blanked.same_as(&blanked));
+        let same =
+            previous.filter(|p| p.renderer.id() == renderer.id() && p.blanked.same_as(&blanked));
         let keywords = same.map_or_else(Arc::default, |p| p.keywords.clone());
-        let same_structure = same.map(|p| p.structure.clone());
-        let structure = same_structure.unwrap_or_else(|| {
-            renderer
-                .render_config_cached(&blanked)
-                // Cannot happen for a model the same templates rendered; if it does, any
-                // change counts as structural.
-                .unwrap_or_else(|e| {
-                    format!("unrenderable: {e}\n{}", rendered.haproxy_cfg())
-                        .into_bytes()
-                        .into()
-                })
-        });
+        let structure = same.map_or_else(Arc::default, |p| p.structure.clone());
         Self {
             model,
             rendered,
             structure,
-            blanked,
-            renderer: renderer.id(),
+            blanked: Arc::new(blanked),
+            renderer: renderer.clone(),
             keywords,
         }
+    }
+
+    /// haproxy.cfg as the templates in force rendered it with every runtime-changeable part
+    /// blanked out. Two configurations with equal structure differ only in what the runtime
+    /// API can change. Rendered with the templates of the moment the configuration was made,
+    /// so that a template edit shows as a structural change; rendered once, on first use or
+    /// by [`Applied::render_structure_ahead`].
+    pub fn structure(&self) -> &Content {
+        render_structure(
+            &self.structure,
+            &self.blanked,
+            &self.renderer,
+            &self.rendered,
+        )
+    }
+
+    /// Renders the structure on a thread of its own, for a first start: HAProxy loads the
+    /// configuration meanwhile, and the structure is needed only by the next change.
+    pub fn render_structure_ahead(&self) {
+        if self.structure.get().is_some() {
+            return;
+        }
+        let (cell, blanked, renderer, rendered) = (
+            self.structure.clone(),
+            self.blanked.clone(),
+            self.renderer.clone(),
+            self.rendered.clone(),
+        );
+        let _ = std::thread::Builder::new()
+            .name("structure".to_string())
+            .spawn(move || {
+                render_structure(&cell, &blanked, &renderer, &rendered);
+            });
     }
 
     /// A configuration with `model` and `rendered` but the structure of `structure` (what
@@ -86,7 +107,7 @@ impl Applied {
             rendered,
             structure: structure.structure.clone(),
             blanked: structure.blanked.clone(),
-            renderer: structure.renderer,
+            renderer: structure.renderer.clone(),
             keywords: structure.keywords.clone(),
         }
     }
@@ -97,8 +118,28 @@ impl Applied {
     /// line. Read from the structure once, on first use.
     fn server_keywords(&self) -> &BTreeMap<String, Vec<String>> {
         self.keywords
-            .get_or_init(|| default_server_words(&self.structure.text().unwrap_or_default()))
+            .get_or_init(|| default_server_words(&self.structure().text().unwrap_or_default()))
     }
+}
+
+/// The structure in `cell`, rendered from `blanked` by `renderer` if it is not yet.
+fn render_structure<'c>(
+    cell: &'c std::sync::OnceLock<Content>,
+    blanked: &Model,
+    renderer: &Renderer,
+    rendered: &RenderedConfig,
+) -> &'c Content {
+    cell.get_or_init(|| {
+        renderer
+            .render_config_cached(blanked)
+            // Cannot happen for a model the same templates rendered; if it does, any change
+            // counts as structural.
+            .unwrap_or_else(|e| {
+                format!("unrenderable: {e}\n{}", rendered.haproxy_cfg())
+                    .into_bytes()
+                    .into()
+            })
+    })
 }
 
 /// Runtime commands to send, or the reasons a reload is needed instead.
@@ -125,7 +166,7 @@ pub struct Drain {
 /// Compares what HAProxy runs with what is wanted.
 pub fn plan(old: &Applied, new: &Applied) -> Plan {
     let mut plan = Plan::default();
-    if old.rendered == new.rendered && old.structure == new.structure {
+    if old.rendered == new.rendered && old.structure() == new.structure() {
         return plan;
     }
     // CA bundles and client certificates are read by HAProxy only when it loads (and their
@@ -134,12 +175,12 @@ pub fn plan(old: &Applied, new: &Applied) -> Plan {
         plan.reload_reasons.push(format!("{path} changed"));
         return plan;
     }
-    if old.structure != new.structure {
+    if old.structure() != new.structure() {
         plan.reload_reasons.push(structural_reason(
             &old.model,
             &new.model,
-            &old.structure.text().unwrap_or_default(),
-            &new.structure.text().unwrap_or_default(),
+            &old.structure().text().unwrap_or_default(),
+            &new.structure().text().unwrap_or_default(),
         ));
         return plan;
     }
@@ -1125,8 +1166,8 @@ mod tests {
             objects(&["/"], &["10.0.0.1", "10.0.0.3"], &none, false),
             Some(&a),
         );
-        assert!(a.structure.ptr_eq(&moved.structure));
-        assert_eq!(moved.structure, fresh.structure);
+        assert!(a.structure().ptr_eq(moved.structure()));
+        assert_eq!(moved.structure(), fresh.structure());
         assert_eq!(plan(&a, &moved), plan(&a, &fresh));
         assert!(!plan(&a, &moved).commands.is_empty());
 
@@ -1135,10 +1176,10 @@ mod tests {
             objects(&["/"], &["10.0.0.1", "10.0.0.3"], &timeout, false),
             Some(&moved),
         );
-        assert_eq!(slower.structure, fresh.structure);
+        assert_eq!(slower.structure(), fresh.structure());
         assert!(
             slower
-                .structure
+                .structure()
                 .text()
                 .unwrap()
                 .contains("timeout server 7000")
@@ -1150,16 +1191,17 @@ mod tests {
         let site = tempfile::tempdir().unwrap();
         std::fs::create_dir(site.path().join("parts")).unwrap();
         std::fs::write(site.path().join("parts/stats.j2"), "# no stats\n").unwrap();
-        let other =
-            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap();
+        let other = Arc::new(
+            Renderer::load(Some(&crate::layers::read_for_tests(site.path(), "j2"))).unwrap(),
+        );
         let again = Applied::following(
             slower.model.clone(),
             slower.rendered.clone(),
             &other,
             Some(&slower),
         );
-        assert!(again.structure.text().unwrap().contains("# no stats"));
-        assert_ne!(again.structure, slower.structure);
+        assert!(again.structure().text().unwrap().contains("# no stats"));
+        assert_ne!(again.structure(), slower.structure());
     }
 
     fn plan_between(a: &Applied, b: &Applied) -> Plan {
