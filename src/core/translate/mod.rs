@@ -51,6 +51,8 @@ pub struct TranslateConfig {
     pub controller_class: String,
     /// `--gateway-controller-name`: the `controllerName` of our GatewayClasses.
     pub gateway_controller_name: String,
+    /// `--gateway-listener-ports`: the ports Gateway listeners may open binds on.
+    pub gateway_listener_ports: gateway::listeners::PortRanges,
     pub watch_ingress_without_class: bool,
     pub config_map: Option<Key>,
     pub default_backend_service: Option<Key>,
@@ -89,6 +91,7 @@ impl Default for TranslateConfig {
             ingress_class: "portcullis".to_string(),
             controller_class: "portcullis.io/ingress".to_string(),
             gateway_controller_name: gateway::DEFAULT_CONTROLLER_NAME.to_string(),
+            gateway_listener_ports: gateway::listeners::PortRanges::default(),
             watch_ingress_without_class: false,
             config_map: None,
             default_backend_service: None,
@@ -461,6 +464,10 @@ struct Translator<'a> {
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
     tcp_backends: BTreeMap<String, BackendBuild>,
+    /// TLSRoutes on the HTTPS port, resolved against the ssl-passthrough hosts in `finish`.
+    gateway_sni: Vec<gateway::l4::SniRule>,
+    /// Some Gateway API TCP or TLS frontend sends connections to `portcullis_reject`.
+    gateway_reject: bool,
     /// `request-capture` slots of the frontends, in the order routes first ask for them.
     captures: Vec<crate::model::FrontendCapture>,
     /// `userlist` sections of basic authentication, read from Secrets.
@@ -725,6 +732,8 @@ impl<'a> Translator<'a> {
             pem_files: BTreeMap::new(),
             tcp_services: Vec::new(),
             tcp_backends: BTreeMap::new(),
+            gateway_sni: Vec::new(),
+            gateway_reject: false,
             default_backend: None,
             captures: Vec::new(),
             userlists: auth::Userlists::default(),
@@ -1506,6 +1515,11 @@ impl<'a> Translator<'a> {
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
+        let tls_routes = gateway::l4::passthrough_rules(
+            std::mem::take(&mut self.gateway_sni),
+            &maps.sni,
+            &mut self.diags,
+        );
         let client_auth = self.client_auth(&global_tls);
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
@@ -1569,6 +1583,8 @@ impl<'a> Translator<'a> {
                 invalid_backend_routes,
                 passthrough_access,
                 ssl_redirect_ports,
+                tls_routes,
+                reject_backend: self.gateway_reject,
             },
             redirect_codes,
             backends,

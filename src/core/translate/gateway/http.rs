@@ -45,11 +45,12 @@ impl Translator<'_> {
         let attachments = attach(
             self.store,
             &self.config.gateway_controller_name,
-            &self.config.listen,
+            &super::ListenerPorts::of(self.config),
         );
         if attachments.gateways.is_empty() {
             return;
         }
+        self.gateway_l4(&attachments);
         let routes: BTreeMap<&Key, &HttpRoute> = http_routes(self.store).collect();
         let mut order = Vec::new();
         for (r, state) in attachments.routes.iter().enumerate() {
