@@ -1402,12 +1402,13 @@ pub struct FrontendRules {
     /// without a port are `redirect_codes`.
     pub ssl_redirect_ports: Vec<RedirectPort>,
     /// TLSRoutes on the HTTPS port: `use_backend` rules of the passthrough frontend, tried
-    /// after the ssl-passthrough hosts (which take precedence). Not serialized when empty.
+    /// after the ssl-passthrough hosts (which take precedence). Not serialized when empty:
+    /// templates test `is defined`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tls_routes: Vec<TcpSwitch>,
     /// Some Gateway API TCP or TLS rule or frontend sends connections to the built-in
     /// `portcullis_reject` backend (no route, a backend ref that does not resolve), which
-    /// is rendered only then. Not serialized when false.
+    /// is rendered only then. Not serialized when false: templates test `is defined`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub reject_backend: bool,
 }

@@ -156,6 +156,7 @@ impl Translator<'_> {
     /// The TLSRoutes and TCPRoutes attached to our listeners, and the frontends of the
     /// listeners with ports of their own.
     pub(in crate::translate) fn gateway_l4(&mut self, attachments: &Attachments) {
+        self.listener_warnings(attachments);
         // Port → protocol, for the listeners with a bind of their own.
         let mut ports: BTreeMap<u16, Frontend> = BTreeMap::new();
         for g in &attachments.gateways {
@@ -361,6 +362,31 @@ impl Translator<'_> {
             }
         }
         out
+    }
+
+    /// A warning for each listener that is not served, naming why (the status says the
+    /// same; with manifests, this is where it shows).
+    fn listener_warnings(&mut self, attachments: &Attachments) {
+        for g in &attachments.gateways {
+            let object = ObjectRef::new(Kind::Gateway, &g.key);
+            for (i, l) in g.listeners.iter().enumerate() {
+                if let Some(c) = l
+                    .conditions
+                    .iter()
+                    .find(|c| c.kind == "Accepted" && !c.status)
+                {
+                    self.diags.object(
+                        Severity::Warning,
+                        &object,
+                        format!("spec.listeners[{i}]"),
+                        format!(
+                            "listener {}: Accepted {}: {}; not served",
+                            l.name, c.reason, c.message
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     /// Warnings for the parent refs that did not accept the route.
