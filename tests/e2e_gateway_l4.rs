@@ -7,6 +7,8 @@
 //! Every loop here is bounded in count and time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/apiserver.rs"]
+mod apiserver;
 mod support;
 
 use std::net::{SocketAddr, TcpListener};
@@ -276,4 +278,163 @@ spec:
         echoed_by(tcp_port).as_deref() == Some("echo")
     });
     assert_eq!(h.reloads().1, 0, "no reload failed");
+}
+
+mod cluster {
+    //! The same kinds from the test API server (TCPRoute served at `v1alpha2`, as before
+    //! Gateway API v1.6), with the status the leader writes.
+
+    use super::apiserver;
+    use std::time::Duration;
+
+    use serde_json::Value;
+
+    use super::*;
+
+    const V1: &str = "gateway.networking.k8s.io/v1";
+    const V1ALPHA2: &str = "gateway.networking.k8s.io/v1alpha2";
+
+    fn condition(
+        server: &apiserver::ApiServer,
+        gv: &str,
+        kind: &str,
+        name: &str,
+        pointer: &str,
+        ty: &str,
+    ) -> Option<Value> {
+        let ns = if kind == "GatewayClass" { "" } else { INFRA };
+        server
+            .get(gv, kind, ns, name)?
+            .pointer(pointer)?
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == ty)
+            .cloned()
+    }
+
+    #[test]
+    fn routes_from_the_cluster_are_served_and_get_status() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut builder = apiserver::ApiServer::builder()
+            .list_items_without_type_meta()
+            .bookmark_interval(Duration::from_secs(1));
+        for def in apiserver::gateway_api_crds() {
+            builder = builder.with_resource(def);
+        }
+        let server = rt.block_on(builder.start());
+        let mut h = Harness::new();
+        let (tls_port, tcp_port, outside) = (free_port(), free_port(), free_port());
+        let echo = h.backend(INFRA, "echo");
+        server.apply_yaml(&echo);
+        server.apply_yaml(GATEWAY_CLASS);
+        let extra = format!("  - name: outside\n    port: {outside}\n    protocol: TCP\n");
+        server.apply_yaml(&gateway(tls_port, tcp_port, &extra));
+        server.apply_yaml(&tcp_route(INFRA, "echo", "tcp", INFRA, "echo"));
+        server.apply_yaml(&tcp_route(INFRA, "z-cross", "tcp", "other", "echo"));
+        server.apply_yaml(&tls_route("a", "a.example.com", "missing"));
+        let kubeconfig = h.work().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig, None);
+        h.use_kubeconfig(&kubeconfig);
+        let ports = format!("{tls_port},{tcp_port}");
+        h.start(&[
+            "--allow-local-endpoints",
+            "--gateway-listener-ports",
+            &ports,
+        ]);
+
+        let served = poll(APPLY_TIMEOUT, || {
+            (echoed_by(tcp_port).as_deref() == Some("echo")).then_some(())
+        });
+        assert!(
+            served.is_some(),
+            "the TCP listener is served\n{}",
+            log_tail(&h.log(), 40)
+        );
+        let expect = |what: &str, found: Option<Value>, status: &str, reason: &str| {
+            assert!(
+                found
+                    .as_ref()
+                    .is_some_and(|c| c["status"] == status && c["reason"] == reason),
+                "{what}: expected {status} {reason}, found {found:?}\n{}",
+                log_tail(&h.log(), 40)
+            );
+        };
+        let parents = "/status/parents/0/conditions";
+        let found = poll(APPLY_TIMEOUT, || {
+            condition(&server, V1ALPHA2, "TCPRoute", "echo", parents, "Accepted")
+        });
+        expect("TCPRoute echo Accepted", found, "True", "Accepted");
+        let found = condition(
+            &server,
+            V1ALPHA2,
+            "TCPRoute",
+            "echo",
+            parents,
+            "ResolvedRefs",
+        );
+        expect("TCPRoute echo ResolvedRefs", found, "True", "ResolvedRefs");
+        let found = poll(APPLY_TIMEOUT, || {
+            condition(
+                &server,
+                V1ALPHA2,
+                "TCPRoute",
+                "z-cross",
+                parents,
+                "ResolvedRefs",
+            )
+        });
+        expect(
+            "TCPRoute z-cross ResolvedRefs",
+            found,
+            "False",
+            "RefNotPermitted",
+        );
+        let found = poll(APPLY_TIMEOUT, || {
+            condition(&server, V1, "TLSRoute", "a", parents, "ResolvedRefs")
+        });
+        expect("TLSRoute a ResolvedRefs", found, "False", "BackendNotFound");
+
+        let gw = poll(APPLY_TIMEOUT, || {
+            server
+                .get(V1, "Gateway", INFRA, "l4")
+                .filter(|g| g.pointer("/status/listeners/3").is_some())
+        })
+        .expect("the Gateway's listener status");
+        let listener = |name: &str| {
+            gw["status"]["listeners"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|l| l["name"] == name)
+                .cloned()
+                .unwrap()
+        };
+        let tcp = listener("tcp");
+        assert_eq!(tcp["supportedKinds"][0]["kind"], "TCPRoute", "{tcp}");
+        // Both TCPRoutes attach; the older one (by name, created in the same second) takes
+        // the port.
+        assert_eq!(tcp["attachedRoutes"], 2, "{tcp}");
+        assert_eq!(listener("tls-own")["supportedKinds"][0]["kind"], "TLSRoute");
+        assert_eq!(listener("tls-shared")["attachedRoutes"], 1);
+        let refused = listener("outside");
+        let accepted = refused["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Accepted")
+            .cloned();
+        expect(
+            "listener outside Accepted",
+            accepted,
+            "False",
+            "PortUnavailable",
+        );
+        assert_eq!(refused["supportedKinds"], serde_json::json!([]));
+        drop(h);
+        rt.block_on(server.stop());
+    }
 }
