@@ -280,6 +280,103 @@ spec:
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
 
+/// Gateway `web` in `infra`: HTTP on the shared port (80) and on `port`, each with a route of
+/// its own for the same host.
+fn http_ports(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: web
+  namespace: {INFRA}
+spec:
+  gatewayClassName: portcullis
+  listeners:
+  - name: shared
+    port: 80
+    protocol: HTTP
+  - name: own
+    port: {port}
+    protocol: HTTP
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: on-shared
+  namespace: {INFRA}
+spec:
+  parentRefs: [{{name: web, sectionName: shared}}]
+  hostnames: [web.example.com]
+  rules:
+  - backendRefs: [{{name: shared-pod, port: 80}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: on-own
+  namespace: {INFRA}
+spec:
+  parentRefs: [{{name: web, sectionName: own}}]
+  hostnames: [web.example.com]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /api}}}}]
+    backendRefs: [{{name: own-pod, port: 80}}]
+  - matches: [{{path: {{type: PathPrefix, value: /v2}}, headers: [{{name: x-v, value: \"2\"}}]}}]
+    backendRefs: [{{name: shared-pod, port: 80}}]
+"
+    )
+}
+
+fn who(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    http_get_with(addr(port), host, path, headers)
+        .map(|a| a.who())
+        .unwrap_or_else(|e| format!("{e}"))
+}
+
+#[test]
+fn an_http_listener_on_a_port_of_its_own_serves_only_its_routes() {
+    let mut h = Harness::new();
+    let port = free_port();
+    for name in ["shared-pod", "own-pod"] {
+        let pod = h.backend(INFRA, name);
+        h.write(&format!("{name}.yaml"), &pod);
+    }
+    h.write("class.yaml", GATEWAY_CLASS);
+    h.write("web.yaml", &http_ports(port));
+    let ports = port.to_string();
+    h.start(&["--gateway-listener-ports", &ports]);
+    wait_until(APPLY_TIMEOUT, "the own port serves its route", || {
+        who(port, "web.example.com", "/api/x", &[]) == "own-pod"
+    });
+    let table: [(u16, &str, &[(&str, &str)], &str); 8] = [
+        (port, "/api", &[], "own-pod"),
+        // Not attached there: the shared route is not served on the own port.
+        (port, "/", &[], "status 404"),
+        (port, "/v2", &[("x-v", "2")], "shared-pod"),
+        (port, "/v2", &[], "status 404"),
+        (h.http_port, "/", &[], "shared-pod"),
+        // The own port's routes are not served on the shared port.
+        (h.http_port, "/api/x", &[], "shared-pod"),
+        (h.http_port, "/v2", &[("x-v", "2")], "shared-pod"),
+        // A Host header that is the port number cannot reach the own port's keys.
+        (h.http_port, "/web.example.com/api", &[], "status 404"),
+    ];
+    for (p, path, headers, expected) in table {
+        let host = if path.starts_with("/web.") {
+            port.to_string()
+        } else {
+            "web.example.com".to_string()
+        };
+        assert_eq!(
+            who(p, &host, path, headers),
+            expected,
+            "port {p} {path} {headers:?}\n{}",
+            log_tail(&h.log(), 30)
+        );
+    }
+    assert_eq!(h.reloads().1, 0, "no reload failed");
+}
+
 mod cluster {
     //! The same kinds from the test API server (TCPRoute served at `v1alpha2`, as before
     //! Gateway API v1.6), with the status the leader writes.

@@ -39,6 +39,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/parts/frontend-https.j2"),
     ),
     (
+        "parts/frontend-gateway-http.j2",
+        include_str!("../../../templates/parts/frontend-gateway-http.j2"),
+    ),
+    (
         "parts/frontend-passthrough.j2",
         include_str!("../../../templates/parts/frontend-passthrough.j2"),
     ),

@@ -468,6 +468,8 @@ struct Translator<'a> {
     gateway_sni: Vec<gateway::l4::SniRule>,
     /// Some Gateway API TCP or TLS frontend sends connections to `portcullis_reject`.
     gateway_reject: bool,
+    /// Gateway API HTTP and HTTPS listeners on ports of their own.
+    gateway_http_ports: Vec<crate::model::HttpPort>,
     /// `request-capture` slots of the frontends, in the order routes first ask for them.
     captures: Vec<crate::model::FrontendCapture>,
     /// `userlist` sections of basic authentication, read from Secrets.
@@ -734,6 +736,7 @@ impl<'a> Translator<'a> {
             tcp_backends: BTreeMap::new(),
             gateway_sni: Vec::new(),
             gateway_reject: false,
+            gateway_http_ports: Vec::new(),
             default_backend: None,
             captures: Vec::new(),
             userlists: auth::Userlists::default(),
@@ -1560,8 +1563,9 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
-        let invalid_backend_routes =
-            needs.invalid || canaries.iter().any(|c| c.route == routes::INVALID_BACKEND);
+        let invalid_backend_routes = needs.invalid
+            || canaries.iter().any(|c| c.route == routes::INVALID_BACKEND)
+            || gateway::l4::port_routes_invalid(&self.gateway_http_ports, &maps, &canaries);
         let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
         let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
         let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
@@ -1585,6 +1589,7 @@ impl<'a> Translator<'a> {
                 ssl_redirect_ports,
                 tls_routes,
                 reject_backend: self.gateway_reject,
+                http_ports: std::mem::take(&mut self.gateway_http_ports),
             },
             redirect_codes,
             backends,

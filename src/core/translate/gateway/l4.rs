@@ -49,6 +49,29 @@ pub struct SniRule {
     pub field: String,
 }
 
+/// Whether a route of an HTTP or HTTPS listener on a port of its own leads to the built-in
+/// 500 backend (its values carry a prefix, so the maps' own check does not see them). Looked
+/// for only while such ports exist.
+pub fn port_routes_invalid(
+    ports: &[crate::model::HttpPort],
+    maps: &crate::model::RouteMaps,
+    canaries: &[crate::model::CanaryRoute],
+) -> bool {
+    if ports.is_empty() {
+        return false;
+    }
+    let invalid = format!(
+        "{}{}",
+        super::listeners::PORT_VALUE_PREFIX,
+        crate::translate::routes::INVALID_BACKEND
+    );
+    maps.exact
+        .iter()
+        .chain(&maps.prefix)
+        .any(|e| *e.value == *invalid)
+        || canaries.iter().any(|c| c.route == invalid)
+}
+
 /// The route's `ResolvedRefs` condition: every backend ref names a Service port that
 /// exists, in its namespace or one whose ReferenceGrant permits it.
 pub fn resolved_refs(store: &Store, kind: Kind, key: &Key, route: &L4Route) -> Condition {
@@ -169,6 +192,14 @@ impl Translator<'_> {
         let tls = self.tls_rules(attachments);
         let tcp = self.tcp_route_ports(attachments);
         for (port, frontend) in ports {
+            if matches!(frontend, Frontend::Http | Frontend::Https) {
+                // Its routes are keys of the shared maps; the template makes the frontend.
+                self.gateway_http_ports.push(crate::model::HttpPort {
+                    port,
+                    tls: frontend == Frontend::Https,
+                });
+                continue;
+            }
             let binds = self.gateway_binds(port);
             if binds.is_empty() {
                 continue;

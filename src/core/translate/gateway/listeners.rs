@@ -158,6 +158,37 @@ impl ListenerPorts {
     }
 }
 
+/// The host part of the routing keys of a route attached to an HTTP or HTTPS listener on a
+/// port of its own: `<port>/<host>` (`<port>/` for every host). The shared frontends never
+/// look such a key up with a request's own name (a Host header with `/` is refused), and
+/// the port's frontend looks up nothing else.
+pub fn port_host(port: Option<u16>, host: &str) -> String {
+    match port {
+        Some(p) => format!("{p}/{host}"),
+        None => host.to_string(),
+    }
+}
+
+/// Whether a routing key's host is a [`port_host`].
+pub fn is_port_host(host: &str) -> bool {
+    host.contains('/')
+}
+
+/// The map value of a route on a port of its own: `port~<backend>[.<policy>]`. Those
+/// keys can still be reached from the shared frontends by a Host header that is a port
+/// number (`8080` and path `/a.example.com/`): there the value names no backend and the
+/// default one answers. The port's frontend takes the part after `~`.
+pub fn port_value(host: &str, value: &str) -> String {
+    if is_port_host(host) {
+        format!("{PORT_VALUE_PREFIX}{value}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// See [`port_value`].
+pub const PORT_VALUE_PREFIX: &str = "port~";
+
 /// The TCP resource or TCP services ConfigMap that names `port`, whether or not its entry is
 /// otherwise usable: those ports are theirs.
 fn tcp_port_owner(store: &Store, tcp_services: Option<&Key>, port: u16) -> Option<String> {

@@ -429,7 +429,6 @@ fn listener_state(
             Condition::yes("ResolvedRefs", "ResolvedRefs"),
         ];
     };
-    let listen = &ports.listen;
     let frontend = match listener.protocol.as_str() {
         "HTTP" => Frontend::Http,
         "HTTPS" => Frontend::Https,
@@ -444,34 +443,13 @@ fn listener_state(
             return state;
         }
     };
+    // HTTP and HTTPS listeners on their protocol's shared port are served by the shared
+    // frontend; on another port, like TLS and TCP listeners, by a bind of their own.
     let shared = match frontend {
-        Frontend::Http => Some((80, listen.http_port, listen.http)),
-        Frontend::Https => Some((443, listen.https_port, listen.https)),
-        Frontend::Tls | Frontend::Tcp => None,
+        Frontend::Http => ports.is_http(listener.port),
+        Frontend::Https => ports.is_https(listener.port),
+        Frontend::Tls | Frontend::Tcp => false,
     };
-    if let Some(shared) = shared {
-        let port_ok = listener.port == i64::from(shared.0) || listener.port == i64::from(shared.1);
-        if !shared.2 || !port_ok {
-            refuse(
-                &mut state,
-                "PortUnavailable",
-                format!(
-                    "port {} is not served: {} listeners use the shared {} frontend, port {} or {}{}",
-                    listener.port,
-                    listener.protocol,
-                    listener.protocol,
-                    shared.0,
-                    shared.1,
-                    if shared.2 {
-                        ""
-                    } else {
-                        " (disabled by a flag)"
-                    }
-                ),
-            );
-            return state;
-        }
-    }
     let tls_mode = listener.tls.as_ref().and_then(|t| t.mode.as_deref());
     if frontend == Frontend::Tls && tls_mode != Some("Passthrough") {
         refuse(
@@ -485,16 +463,16 @@ fn listener_state(
         return state;
     }
     // A TLS listener on the HTTPS port shares its bind; other ports are binds of their own.
-    let own_port = match frontend {
-        Frontend::Tls if ports.is_https(listener.port) => None,
-        Frontend::Tls | Frontend::Tcp => match ports.unavailable(store, listener.port) {
+    let own_port = if shared || (frontend == Frontend::Tls && ports.is_https(listener.port)) {
+        None
+    } else {
+        match ports.unavailable(store, listener.port) {
             Some(why) => {
                 refuse(&mut state, "PortUnavailable", why);
                 return state;
             }
             None => u16::try_from(listener.port).ok(),
-        },
-        _ => None,
+        }
     };
     if frontend == Frontend::Tcp {
         // A TCP listener's hostname does not apply: TCP carries no name.
