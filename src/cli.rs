@@ -458,7 +458,7 @@ pub struct PipelineArgs {
         default_value = "portcullis.io/gateway-controller"
     )]
     pub gateway_controller_name: String,
-    /// Ports Gateway TLS and TCP listeners may open binds on (`PORT` or `FIRST-LAST`,
+    /// Ports Gateway listeners may open binds of their own on (`PORT` or `FIRST-LAST`,
     /// comma-separated). Empty (the default): Gateways share the HTTP and HTTPS ports only.
     #[arg(
         long,

@@ -281,8 +281,8 @@ spec:
 }
 
 /// Gateway `web` in `infra`: HTTP on the shared port (80) and on `port`, each with a route of
-/// its own for the same host.
-fn http_ports(port: u16) -> String {
+/// its own for the same host, and HTTPS on `tls_port` with the `on-own` route too.
+fn http_ports(port: u16, tls_port: u16) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -298,6 +298,11 @@ spec:
   - name: own
     port: {port}
     protocol: HTTP
+  - name: own-tls
+    port: {tls_port}
+    protocol: HTTPS
+    hostname: web.example.com
+    tls: {{certificateRefs: [{{name: web-tls}}]}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -316,7 +321,7 @@ metadata:
   name: on-own
   namespace: {INFRA}
 spec:
-  parentRefs: [{{name: web, sectionName: own}}]
+  parentRefs: [{{name: web, sectionName: own}}, {{name: web, sectionName: own-tls}}]
   hostnames: [web.example.com]
   rules:
   - matches: [{{path: {{type: PathPrefix, value: /api}}}}]
@@ -336,14 +341,16 @@ fn who(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> String {
 #[test]
 fn an_http_listener_on_a_port_of_its_own_serves_only_its_routes() {
     let mut h = Harness::new();
-    let port = free_port();
+    let (port, tls_port) = (free_port(), free_port());
     for name in ["shared-pod", "own-pod"] {
         let pod = h.backend(INFRA, name);
         h.write(&format!("{name}.yaml"), &pod);
     }
+    let (crt, key) = self_signed(&h.work(), "web.example.com", "web");
+    h.write("secret.yaml", &tls_secret(INFRA, "web-tls", &crt, &key));
     h.write("class.yaml", GATEWAY_CLASS);
-    h.write("web.yaml", &http_ports(port));
-    let ports = port.to_string();
+    h.write("web.yaml", &http_ports(port, tls_port));
+    let ports = format!("{port},{tls_port}");
     h.start(&["--gateway-listener-ports", &ports]);
     wait_until(APPLY_TIMEOUT, "the own port serves its route", || {
         who(port, "web.example.com", "/api/x", &[]) == "own-pod"
@@ -374,6 +381,15 @@ fn an_http_listener_on_a_port_of_its_own_serves_only_its_routes() {
             log_tail(&h.log(), 30)
         );
     }
+    // HTTPS on a port of its own, with the listener's certificate.
+    let answer = poll(APPLY_TIMEOUT, || {
+        https_get(tls_port, "web.example.com", "web.example.com", "/api")
+    })
+    .expect("an HTTPS answer on the own port");
+    assert_eq!(answer.who(), "own-pod");
+    assert!(presents(&h, tls_port, "web.example.com", &crt));
+    let other = https_get(tls_port, "web.example.com", "web.example.com", "/");
+    assert_eq!(other.map(|a| a.who()).as_deref(), Some("status 404"));
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
 

@@ -1,9 +1,9 @@
 //! Which port a Gateway listener may be served on.
 //!
-//! `HTTP` and `HTTPS` listeners are served by the shared frontends, on their ports only. A
-//! `TLS` (passthrough) listener on the HTTPS port shares the HTTPS bind (connections are told
-//! apart by their TLS server name); on any other port, and for a `TCP` listener, the listener
-//! opens a bind of its own. A Gateway may open one only on a port of
+//! `HTTP` and `HTTPS` listeners on their protocol's shared port are served by the shared
+//! frontends, and a `TLS` (passthrough) listener on the HTTPS port shares the HTTPS bind
+//! (connections are told apart by their TLS server name); on any other port a listener opens
+//! a bind of its own. A Gateway may open one only on a port of
 //! `--gateway-listener-ports` (none by default: in a shared cluster, opening ports on the
 //! controller's addresses is the operator's decision), that Portcullis or HAProxy does not
 //! hold already (the HTTP, HTTPS, stats and healthz frontends, the peers and admin listeners,

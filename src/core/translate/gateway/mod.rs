@@ -6,12 +6,11 @@
 //! Ingresses; the cluster source writes it as the objects' status ([`Attachments`] holds every
 //! condition the spec defines, with its reason).
 //!
-//! `HTTP` and `HTTPS` listeners are served by the shared HAProxy frontends (port 80 or the
-//! HTTP bind port, port 443 or the HTTPS bind port); `TLS` passthrough listeners by the
-//! passthrough frontend on the HTTPS port or a bind of their own, `TCP` listeners by a bind of
-//! their own ([`listeners`] decides which ports). TLSRoutes and TCPRoutes are translated in
-//! [`l4`]. Other protocols are refused on the listener (`Accepted: False`,
-//! `UnsupportedProtocol`).
+//! `HTTP` and `HTTPS` listeners on port 80 or the HTTP bind port, 443 or the HTTPS bind port,
+//! are served by the shared HAProxy frontends; `TLS` passthrough listeners on the HTTPS port
+//! by its passthrough frontend; every other listener by a bind of its own ([`listeners`]
+//! decides which ports). TLSRoutes and TCPRoutes are translated in [`l4`]. Other protocols
+//! are refused on the listener (`Accepted: False`, `UnsupportedProtocol`).
 
 pub mod http;
 pub mod l4;
