@@ -332,6 +332,9 @@ spec:
     )
 }
 
+/// A request (port, path, headers) and who must answer it.
+type Request<'a> = (u16, &'a str, &'a [(&'a str, &'a str)], &'a str);
+
 fn who(port: u16, host: &str, path: &str, headers: &[(&str, &str)]) -> String {
     http_get_with(addr(port), host, path, headers)
         .map(|a| a.who())
@@ -355,7 +358,7 @@ fn an_http_listener_on_a_port_of_its_own_serves_only_its_routes() {
     wait_until(APPLY_TIMEOUT, "the own port serves its route", || {
         who(port, "web.example.com", "/api/x", &[]) == "own-pod"
     });
-    let table: [(u16, &str, &[(&str, &str)], &str); 8] = [
+    let table: [Request<'_>; 8] = [
         (port, "/api", &[], "own-pod"),
         // Not attached there: the shared route is not served on the own port.
         (port, "/", &[], "status 404"),
