@@ -156,6 +156,51 @@ fn tls_routes_pass_through_by_server_name_and_tcp_routes_carry_bytes() {
     wait_until(APPLY_TIMEOUT, "the TCP port reaches the echo pod", || {
         echoed_by(tcp_port).as_deref() == Some("echo")
     });
+
+    // The echo Service's endpoint moves to another pod: a runtime change, no reload.
+    h.wait_old_workers_gone();
+    let (reloads, _) = h.reloads();
+    let moved = h.echo("echo-moved");
+    h.write(
+        "echo.yaml",
+        &format!(
+            "{}---\n{}",
+            service(INFRA, "echo", &[]),
+            endpoint_slices(INFRA, "echo", &[("0", moved, true)])
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the TCP port follows the endpoint", || {
+        echoed_by(tcp_port).as_deref() == Some("echo-moved")
+    });
+    assert_eq!(h.reloads().0, reloads, "endpoints change at run time");
+
+    // An ssl-passthrough Ingress for b.example.com takes precedence over the TLSRoute, and
+    // the route is warned; a.example.com stays the route's.
+    h.write(
+        "passthrough.yaml",
+        &annotated(
+            &ingress(
+                INFRA,
+                "pass",
+                &[route(Some("b.example.com"), "/", "Prefix", "tls-a")],
+                None,
+                &[],
+            ),
+            &[("haproxy.org/ssl-passthrough", "true")],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the Ingress takes b.example.com", || {
+        presents(&h, h.https_port, "b.example.com", &crt_a)
+    });
+    assert!(presents(&h, h.https_port, "a.example.com", &crt_a));
+    // Diagnostics are logged once the run is applied.
+    wait_until(APPLY_TIMEOUT, "the TLSRoute is warned", || {
+        h.log().contains(
+            "TLSRoute infra/b: spec.hostnames: host b.example.com is also passed through by an Ingress",
+        )
+    });
+    // On the TLS listener's own port the Ingress has no say.
+    assert!(presents(&h, tls_port, "b.example.com", &crt_b));
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
 
@@ -191,17 +236,20 @@ fn colliding_listener_ports_are_refused_and_new_ports_reload_once() {
     wait_until(APPLY_TIMEOUT, "the TCP listener is served", || {
         echoed_by(tcp_port).as_deref() == Some("echo")
     });
-    let log = h.log();
+    // Diagnostics are logged once the run is applied.
     for (field, reason) in [
         ("spec.listeners[3]", "PortUnavailable: port"),
         ("spec.listeners[4]", "not in --gateway-listener-ports"),
         ("spec.listeners[5]", "PortUnavailable: port"),
     ] {
-        assert!(
-            log.lines()
-                .any(|l| l.contains("Gateway infra/l4") && l.contains(field) && l.contains(reason)),
-            "{field}: {reason} is reported\n{}",
-            log_tail(&log, 40)
+        wait_until(
+            APPLY_TIMEOUT,
+            &format!("{field}: {reason} is reported"),
+            || {
+                h.log().lines().any(|l| {
+                    l.contains("Gateway infra/l4") && l.contains(field) && l.contains(reason)
+                })
+            },
         );
     }
     // The HTTP frontend still answers on its port; the refused port is not bound.
