@@ -31,16 +31,16 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/parts/defaults.j2"),
     ),
     (
+        "parts/frontend-gateway-http.j2",
+        include_str!("../../../templates/parts/frontend-gateway-http.j2"),
+    ),
+    (
         "parts/frontend-http.j2",
         include_str!("../../../templates/parts/frontend-http.j2"),
     ),
     (
         "parts/frontend-https.j2",
         include_str!("../../../templates/parts/frontend-https.j2"),
-    ),
-    (
-        "parts/frontend-gateway-http.j2",
-        include_str!("../../../templates/parts/frontend-gateway-http.j2"),
     ),
     (
         "parts/frontend-passthrough.j2",
