@@ -914,6 +914,72 @@ mod tests {
     }
 
     #[test]
+    fn listener_ports_are_shared_by_protocol_and_refused_across() {
+        let gateway = |name: &str, age: &str, listeners: serde_json::Value| {
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": name, "namespace": "infra", "creationTimestamp": age},
+                "spec": {"gatewayClassName": "pc", "listeners": listeners}})
+        };
+        let tcp = |name: &str, port: u16| serde_json::json!({"name": name, "port": port, "protocol": "TCP"});
+        let tls = |name: &str, port: u16| {
+            serde_json::json!({"name": name, "port": port, "protocol": "TLS",
+                "tls": {"mode": "Passthrough"}})
+        };
+        let s = store(&[
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "pc"}, "spec": {"controllerName": DEFAULT_CONTROLLER_NAME}}),
+            gateway(
+                "a",
+                "2026-01-01T00:00:00Z",
+                serde_json::json!([tcp("db", 5432), tls("clash", 5432)]),
+            ),
+            gateway(
+                "b",
+                "2026-01-02T00:00:00Z",
+                serde_json::json!([tcp("db", 5432), tls("tls", 443)]),
+            ),
+            gateway(
+                "c",
+                "2026-01-03T00:00:00Z",
+                serde_json::json!([tls("late", 5432), tcp("closed", 7000)]),
+            ),
+        ]);
+        let mut config = crate::translate::TranslateConfig::default();
+        config.gateway_listener_ports = PortRanges::parse("5000-6000").unwrap();
+        let a = attach(&s, DEFAULT_CONTROLLER_NAME, &ListenerPorts::of(&config));
+        let summary = |g: usize, l: usize| {
+            let state = &a.gateways[g].listeners[l];
+            let reasons: Vec<(&str, bool, &str)> = state
+                .conditions
+                .iter()
+                .map(|c| (c.kind, c.status, c.reason))
+                .collect();
+            (state.frontend, state.port, reasons)
+        };
+        // The oldest Gateway's TCP listener takes 5432; the younger one's shares it.
+        for g in [0, 1] {
+            let (frontend, port, reasons) = summary(g, 0);
+            assert_eq!((frontend, port), (Some(Frontend::Tcp), Some(5432)));
+            assert_eq!(reasons[0], ("Accepted", true, "Accepted"));
+        }
+        // Another protocol on the port: a conflict within the Gateway, unavailable across.
+        let (frontend, _, reasons) = summary(0, 1);
+        assert_eq!(frontend, None);
+        assert!(reasons.contains(&("Accepted", false, "PortUnavailable")));
+        assert!(reasons.contains(&("Conflicted", true, "ProtocolConflict")));
+        let (frontend, _, reasons) = summary(2, 0);
+        assert_eq!(frontend, None);
+        assert!(reasons.contains(&("Accepted", false, "PortUnavailable")));
+        assert!(!reasons.iter().any(|r| r.0 == "Conflicted"));
+        // TLS on the HTTPS port shares the passthrough frontend; outside the range: refused.
+        assert_eq!(summary(1, 1).0, Some(Frontend::Tls));
+        assert_eq!(summary(1, 1).1, None);
+        assert_eq!(summary(2, 1).0, None);
+        // Gateway c has no listener left: it is not accepted.
+        assert_eq!(a.gateways[2].conditions[0].reason, "ListenersNotValid");
+    }
+
+    #[test]
     fn hostnames_intersect_as_the_spec_says() {
         assert_eq!(
             intersect("a.example.com", "a.example.com").as_deref(),
