@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::render::{CONFIG_FILE, RenderedConfig};
+use crate::render::{CONFIG_FILE, CRT_LIST, RenderedConfig};
 
 /// Checking could not be done, or HAProxy rejected the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -24,9 +24,46 @@ pub enum CheckError {
 
 /// Writes `config` to a temporary directory and runs `haproxy -c` on it.
 pub fn check_config(haproxy_bin: &str, config: &RenderedConfig) -> Result<(), CheckError> {
+    check_config_since(haproxy_bin, config, None)
+}
+
+/// [`check_config`], with the certificates of `loaded`, a configuration HAProxy runs, taken
+/// as proved: the checked crt-list holds only the lines `loaded` lacks (or the first line,
+/// for the binds to have a certificate). A line names an immutable file (its content hash
+/// is in its name) with its options, so HAProxy loads it again as it did; and loading a
+/// certificate costs about a millisecond, seconds with thousands of them.
+pub fn check_config_since(
+    haproxy_bin: &str,
+    config: &RenderedConfig,
+    loaded: Option<&RenderedConfig>,
+) -> Result<(), CheckError> {
     let dir = tempfile::tempdir().map_err(CheckError::TempDir)?;
     write_config(config, dir.path())?;
+    if let Some(list) = loaded.and_then(|loaded| new_crt_list_lines(config, loaded)) {
+        let path = dir.path().join(CRT_LIST);
+        std::fs::write(&path, list).map_err(|source| CheckError::Write {
+            path: path.display().to_string(),
+            source,
+        })?;
+    }
     check_file(haproxy_bin, &dir.path().join(CONFIG_FILE))
+}
+
+/// The lines of `config`'s crt-list that `loaded`'s lacks, or its first line when there are
+/// none; `None` when `config` has no crt-list.
+fn new_crt_list_lines(config: &RenderedConfig, loaded: &RenderedConfig) -> Option<String> {
+    let list = config.file(CRT_LIST)?;
+    let proved = loaded.file(CRT_LIST).unwrap_or_default();
+    let proved: std::collections::HashSet<&str> = proved.lines().collect();
+    let mut new: String = list
+        .lines()
+        .filter(|line| !proved.contains(line))
+        .flat_map(|line| [line, "\n"])
+        .collect();
+    if new.is_empty() {
+        new = list.lines().take(1).flat_map(|line| [line, "\n"]).collect();
+    }
+    Some(new)
 }
 
 /// Writes every file of `config` under `dir`, creating subdirectories (`portcullis render
@@ -39,8 +76,9 @@ pub fn write_config(config: &RenderedConfig, dir: &Path) -> Result<(), CheckErro
                 std::fs::create_dir_all(parent)?;
             }
             let mut f = std::fs::File::create(&path)?;
-            content.write_to(&mut f)?;
-            f.sync_all()
+            // No fsync: a checked copy need not survive a crash, and thousands of
+            // certificates would each pay for one.
+            content.write_to(&mut f)
         };
         write().map_err(|source| CheckError::Write {
             path: path.display().to_string(),

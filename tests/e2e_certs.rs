@@ -226,4 +226,42 @@ fn a_certificate_haproxy_refuses_is_left_out_with_an_error_on_its_secret() {
         h.try_metric("portcullis_input_diagnostics{severity=\"error\"}")
             .is_some_and(|v| v >= 1.0)
     );
+
+    // Once HAProxy runs, a check loads only the certificates it does not hold yet: a refused
+    // one added later is still found, and the rest stays served.
+    h.write(
+        "late.yaml",
+        &tls_secret(
+            NS,
+            "late-tls",
+            include_str!("fixtures/tls/ed25519.crt"),
+            &other_key,
+        ),
+    );
+    h.write(
+        "ingress.yaml",
+        &ingress(
+            NS,
+            "secure",
+            &[
+                route(Some("secure.example.com"), "/", "Prefix", "web"),
+                route(Some("bad.example.com"), "/", "Prefix", "web"),
+                route(Some("late.example.com"), "/", "Prefix", "web"),
+            ],
+            None,
+            &[
+                ("secure-tls", &["secure.example.com"]),
+                ("bad-tls", &["bad.example.com"]),
+                ("late-tls", &["late.example.com"]),
+            ],
+        ),
+    );
+    wait_until(APPLY_TIMEOUT, "the late certificate is refused", || {
+        h.log()
+            .lines()
+            .any(|l| l.contains("HAProxy refused this certificate") && l.contains("late-tls"))
+    });
+    let served =
+        served_certificate(h.https_port, "secure.example.com").map(|c| fingerprint(&h.work(), &c));
+    assert_eq!(served.as_deref(), Some(good.as_str()));
 }

@@ -19,6 +19,9 @@ pub enum FilesError {
     },
 }
 
+/// Up to this many changed files are fsynced one by one; more are made durable together.
+const FSYNC_EACH_UP_TO: usize = 16;
+
 /// The list of files Portcullis wrote in a configuration directory.
 const OWNED_LIST: &str = ".portcullis-files";
 
@@ -40,7 +43,7 @@ fn save_owned(dir: &Path, names: &BTreeSet<String>) -> std::io::Result<()> {
 }
 
 /// Writes every file of `config` under `dir` whose content differs from what is there:
-/// temporary file, fsync, rename, then fsync of the directory. `known` is what the last call
+/// temporary files, made durable, renamed in order, then fsync of the directories. `known` is what the last call
 /// wrote: a file with the same content there and the same size on disk is taken as unchanged
 /// without reading it (at 10 000 Ingresses haproxy.cfg alone is 20 MB). Returns the files
 /// written.
@@ -71,6 +74,9 @@ pub fn write_atomically(
     };
     let mut ordered: Vec<(&String, &crate::render::Content)> = config.files().iter().collect();
     ordered.sort_by_key(|(name, _)| (rank(name), name.as_str()));
+    // Every changed file goes to a temporary first; all are made durable, then renamed in
+    // order. A new configuration never names a file whose content may be lost in a crash.
+    let mut pending: Vec<(String, PathBuf, PathBuf)> = Vec::new();
     for (name, bytes) in ordered {
         let path = dir.join(name);
         let written_before = known
@@ -95,14 +101,30 @@ pub fn write_atomically(
             ".{}.portcullis-tmp",
             path.file_name().and_then(|n| n.to_str()).unwrap_or("file")
         ));
-        {
-            let mut f = std::fs::File::create(&tmp).map_err(err)?;
-            bytes.write_to(&mut f).map_err(err)?;
+        let mut f = std::fs::File::create(&tmp).map_err(err)?;
+        bytes.write_to(&mut f).map_err(err)?;
+        if pending.len() < FSYNC_EACH_UP_TO {
             f.sync_all().map_err(err)?;
         }
-        std::fs::rename(&tmp, &path).map_err(err)?;
-        dirs.insert(parent);
-        written.push(name.clone());
+        pending.push((name.clone(), tmp, path));
+    }
+    // An fsync costs milliseconds (a journal commit each): thousands of certificates at
+    // start-up took seconds. Past a few files, one `syncfs` makes them durable at once.
+    if pending.len() > FSYNC_EACH_UP_TO {
+        let synced = std::fs::File::open(dir)
+            .and_then(|d| rustix::fs::syncfs(&d).map_err(std::io::Error::from));
+        synced.map_err(|source| FilesError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    for (name, tmp, path) in pending {
+        std::fs::rename(&tmp, &path).map_err(|source| FilesError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        dirs.insert(path.parent().unwrap_or(dir).to_path_buf());
+        written.push(name);
     }
     for d in dirs {
         if let Ok(f) = std::fs::File::open(&d) {

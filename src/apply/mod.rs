@@ -344,22 +344,15 @@ impl Applier {
     /// Checks, writes and reloads (or starts) HAProxy, then verifies it took.
     async fn reload(&mut self, new: Applied, reasons: Vec<String>) -> Result<Outcome, ApplyError> {
         let reason_text = reasons.join("; ");
-        // `haproxy -c` takes seconds on large configurations: keep it off the async threads.
-        let (bin, rendered) = (self.haproxy_bin.clone(), new.rendered.clone());
-        let checked = tokio::task::spawn_blocking(move || check::check_config(&bin, &rendered))
-            .await
-            .unwrap_or_else(|e| Err(CheckError::TempDir(std::io::Error::other(e.to_string()))));
-        match checked {
-            Ok(()) => {}
-            Err(CheckError::Rejected { messages }) => {
-                self.metrics.config_check_failures.inc(&[]);
-                self.metrics.reload_failures.inc(&["check"]);
-                self.owed_reload.get_or_insert(reason_text);
-                self.apply_runtime_part(&new).await;
-                return Err(ApplyError::CheckRejected(messages));
-            }
-            Err(e) => return Err(ApplyError::Check(e)),
+        let began = std::time::Instant::now();
+        // With no HAProxy running yet, its start is the check: `haproxy -c` first would parse
+        // everything twice, and loading thousands of certificates takes seconds each time. A
+        // start that fails is checked then, so a refusal is handled as a refused check.
+        let first_start = matches!(self.supervision, Supervision::Managed { process: None, .. });
+        if !first_start {
+            self.check(&new, &reason_text).await?;
         }
+        let checked_at = began.elapsed();
         let taken = taken_binds(self.running.as_ref(), &new);
         if !taken.is_empty() {
             self.metrics.reload_failures.inc(&["check"]);
@@ -368,6 +361,7 @@ impl Applier {
             return Err(ApplyError::BindTaken(taken));
         }
         self.write_files(&new.rendered)?;
+        let written_at = began.elapsed();
         let config = self.config_dir.join(CONFIG_FILE);
         let mut alerts = Vec::new();
         let result = match &mut self.supervision {
@@ -384,13 +378,18 @@ impl Applier {
                     }
                     reloaded.map(|_| ())
                 }
-                None => {
-                    let started = Haproxy::start(bin, &config, master_socket, START_TIMEOUT)
-                        .await
-                        .map_err(ApplyError::Start)?;
-                    *process = Some(Box::new(started));
-                    Ok(())
-                }
+                None => match Haproxy::start(bin, &config, master_socket, START_TIMEOUT).await {
+                    Ok(started) => {
+                        *process = Some(Box::new(started));
+                        Ok(())
+                    }
+                    Err(e) => {
+                        if matches!(e, ProcessError::ExitedAtStart { .. }) {
+                            self.check(&new, &reason_text).await?;
+                        }
+                        return Err(ApplyError::Start(e));
+                    }
+                },
             },
             Supervision::External { master } => {
                 process::reload(master, RELOAD_TIMEOUT).await.map(|_| ())
@@ -408,6 +407,12 @@ impl Applier {
                 alerts,
             });
         }
+        tracing::debug!(
+            check_ms = checked_at.as_secs_f64() * 1e3,
+            write_ms = (written_at - checked_at).as_secs_f64() * 1e3,
+            load_ms = (began.elapsed() - written_at).as_secs_f64() * 1e3,
+            "configuration checked, written and loaded"
+        );
         // One reload, one count, labelled by its first reason.
         self.metrics
             .reloads
@@ -424,6 +429,30 @@ impl Applier {
         }
         self.running = Some(new);
         Ok(Outcome::Reloaded { reasons })
+    }
+
+    /// `haproxy -c` on `new`. A refusal counts as a failed reload and leaves the reload owed;
+    /// meanwhile what can change at run time is still sent.
+    async fn check(&mut self, new: &Applied, reason_text: &str) -> Result<(), ApplyError> {
+        // `haproxy -c` takes seconds on large configurations: keep it off the async threads.
+        let (bin, rendered) = (self.haproxy_bin.clone(), new.rendered.clone());
+        let loaded = self.loaded.clone();
+        let checked = tokio::task::spawn_blocking(move || {
+            check::check_config_since(&bin, &rendered, loaded.as_ref())
+        })
+        .await
+        .unwrap_or_else(|e| Err(CheckError::TempDir(std::io::Error::other(e.to_string()))));
+        match checked {
+            Ok(()) => Ok(()),
+            Err(CheckError::Rejected { messages }) => {
+                self.metrics.config_check_failures.inc(&[]);
+                self.metrics.reload_failures.inc(&["check"]);
+                self.owed_reload.get_or_insert(reason_text.to_string());
+                self.apply_runtime_part(new).await;
+                Err(ApplyError::CheckRejected(messages))
+            }
+            Err(e) => Err(ApplyError::Check(e)),
+        }
     }
 
     /// Writes the files of `rendered` that differ from what the directory holds.

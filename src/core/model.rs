@@ -1122,6 +1122,8 @@ pub struct BackendSettings {
     /// The `balance` words, e.g. `["roundrobin"]` or `["url_param", "uid"]`; empty for
     /// HAProxy's default.
     pub balance: Vec<String>,
+    /// `hash-type consistent` for a hashing `balance` (see [`crate::values::is_hash_balance`]).
+    pub hash_consistent: bool,
     pub check: bool,
     pub check_http: Option<HttpCheck>,
     pub check_interval_ms: Option<u64>,
@@ -1171,6 +1173,7 @@ impl Default for BackendSettings {
     fn default() -> Self {
         Self {
             balance: Vec::new(),
+            hash_consistent: false,
             check: false,
             check_http: None,
             check_interval_ms: None,

@@ -499,6 +499,18 @@ pub const MAX_REWRITES: usize = 16;
 pub const BALANCE_ALGORITHMS: &[&str] =
     &["roundrobin", "static-rr", "leastconn", "first", "source"];
 
+/// Whether `balance` (its words) picks a server by a hash of the request (`source`, `uri`,
+/// `url_param`, `hdr(...)`, `rdp-cookie`). Such backends are written with `hash-type
+/// consistent`: HAProxy's default, map-based hashing, is static (2.6 refuses `add server` in
+/// it) and sends nearly every client elsewhere when one pod comes or goes; consistent hashing
+/// moves only the share of the pod that changed.
+pub fn is_hash_balance(balance: &[String]) -> bool {
+    balance.first().is_some_and(|algorithm| {
+        let name = algorithm.split('(').next().unwrap_or(algorithm);
+        matches!(name, "source" | "uri" | "url_param" | "hdr" | "rdp-cookie")
+    })
+}
+
 /// A `balance` line as HAProxy 2.6 takes it, returned in canonical form (words separated by
 /// one space):
 ///

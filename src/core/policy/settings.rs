@@ -366,7 +366,10 @@ pub fn apply_backend(
             }
             "balance" => string(value)
                 .and_then(|s| values::parse_balance(&s))
-                .map(|b| out.balance = b.split(' ').map(str::to_string).collect()),
+                .map(|b| {
+                    out.balance = b.split(' ').map(str::to_string).collect();
+                    out.hash_consistent = values::is_hash_balance(&out.balance);
+                }),
             "check" => boolean(value).map(|b| out.check = b),
             "check_http" => http_check(value).map(|c| out.check_http = Some(c)),
             "check_interval" => duration_ms(value).map(|ms| out.check_interval_ms = Some(ms)),

@@ -1873,9 +1873,7 @@ pub fn slot_reason(settings: &BackendSettings) -> Option<&'static str> {
         return Some("scale-server-slots is set");
     }
     if !dynamic_balance(&settings.balance) {
-        return Some(
-            "its balance algorithm is static (static-rr, or a hash without hash-type consistent)",
-        );
+        return Some("its balance algorithm is static-rr");
     }
     if settings
         .cookie_persistence
@@ -1883,6 +1881,16 @@ pub fn slot_reason(settings: &BackendSettings) -> Option<&'static str> {
         .is_some_and(|c| !c.dynamic)
     {
         return Some("static cookies name each server (`cookie` is refused on `add server`)");
+    }
+    // A snippet may change how servers are chosen in ways `add server` refuses (a static
+    // balance, map-based hashing, static cookies).
+    if settings.config_snippet.iter().any(|line| {
+        matches!(
+            line.split_ascii_whitespace().next(),
+            Some("balance" | "hash-type" | "cookie")
+        )
+    }) {
+        return Some("its backend snippet sets balance, hash-type or cookie");
     }
     if settings.server_crt_file.is_some() {
         return Some(
@@ -1894,14 +1902,15 @@ pub fn slot_reason(settings: &BackendSettings) -> Option<&'static str> {
 
 /// Whether HAProxy can add servers at run time to a backend balanced by `balance` (its
 /// words; empty for HAProxy's default, `roundrobin`): the algorithms whose server weights
-/// may change at run time. Hashes (`source`, `uri`, `hdr(...)`, ...) are map-based unless
-/// `hash-type consistent`, which the templates do not write, and `static-rr` is static.
+/// may change at run time. Hashes are written with `hash-type consistent`
+/// ([`values::is_hash_balance`]); `static-rr` is static.
 fn dynamic_balance(balance: &[String]) -> bool {
     match balance.first().map(String::as_str) {
         None => true,
         Some(algorithm) => {
             let name = algorithm.split('(').next().unwrap_or(algorithm);
             matches!(name, "roundrobin" | "leastconn" | "first" | "random")
+                || values::is_hash_balance(balance)
         }
     }
 }
