@@ -944,8 +944,10 @@ mod tests {
                 serde_json::json!([tls("late", 5432), tcp("closed", 7000)]),
             ),
         ]);
-        let mut config = crate::translate::TranslateConfig::default();
-        config.gateway_listener_ports = PortRanges::parse("5000-6000").unwrap();
+        let config = crate::translate::TranslateConfig {
+            gateway_listener_ports: PortRanges::parse("5000-6000").unwrap(),
+            ..Default::default()
+        };
         let a = attach(&s, DEFAULT_CONTROLLER_NAME, &ListenerPorts::of(&config));
         let summary = |g: usize, l: usize| {
             let state = &a.gateways[g].listeners[l];
