@@ -201,6 +201,35 @@ fn tls_routes_pass_through_by_server_name_and_tcp_routes_carry_bytes() {
     });
     // On the TLS listener's own port the Ingress has no say.
     assert!(presents(&h, tls_port, "b.example.com", &crt_b));
+
+    // A TLSRoute for every name under example.com does not take an Ingress' HTTPS host
+    // (terminated with its own certificate) from it.
+    let (crt_t, key_t) = self_signed(&h.work(), "t.example.com", "t");
+    h.write("t-secret.yaml", &tls_secret(INFRA, "t-tls", &crt_t, &key_t));
+    h.write(
+        "t.yaml",
+        &ingress(
+            INFRA,
+            "t",
+            &[route(Some("t.example.com"), "/", "Prefix", "echo")],
+            None,
+            &[("t-tls", &["t.example.com"])],
+        ),
+    );
+    h.write(
+        "route-w.yaml",
+        &tls_route("w", "\"*.example.com\"", "tls-b"),
+    );
+    wait_until(
+        APPLY_TIMEOUT,
+        "the wildcard passes z.example.com through",
+        || presents(&h, h.https_port, "z.example.com", &crt_b),
+    );
+    let answer = https_get(h.https_port, "t.example.com", "t.example.com", "/")
+        .expect("the Ingress' HTTPS host answers");
+    assert_eq!(answer.who(), "echo-moved");
+    assert!(presents(&h, h.https_port, "t.example.com", &crt_t));
+    assert!(presents(&h, h.https_port, "a.example.com", &crt_a));
     assert_eq!(h.reloads().1, 0, "no reload failed");
 }
 

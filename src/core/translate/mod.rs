@@ -1518,11 +1518,6 @@ impl<'a> Translator<'a> {
         for claim in winners {
             self.register_tcp_backend(&claim.service.0, claim.service.1);
         }
-        let tls_routes = gateway::l4::passthrough_rules(
-            std::mem::take(&mut self.gateway_sni),
-            &maps.sni,
-            &mut self.diags,
-        );
         let client_auth = self.client_auth(&global_tls);
         let mut tcp_backends = Vec::with_capacity(self.tcp_backends.len());
         for (name, build) in std::mem::take(&mut self.tcp_backends) {
@@ -1548,6 +1543,11 @@ impl<'a> Translator<'a> {
             .https(&ingress_parts, parts_tls, tls_main, redirects_on);
         drop(ingress_parts);
         let tls = https.tls.clone();
+        let tls_routes = gateway::l4::passthrough_rules(
+            std::mem::take(&mut self.gateway_sni),
+            (&maps.sni, &tls.crt_list),
+            &mut self.diags,
+        );
         let mut redirect_codes = Vec::new();
         let mut ssl_redirect_ports = Vec::new();
         if let Some(redirects) = &https.redirects {

@@ -89,33 +89,78 @@ pub fn resolved_refs(store: &Store, kind: Kind, key: &Key, route: &L4Route) -> C
     Condition::yes("ResolvedRefs", "ResolvedRefs")
 }
 
-/// The `use_backend` rules of the passthrough frontend for the TLSRoutes on the HTTPS port,
-/// less the names ssl-passthrough Ingresses hold (`sni`), which are warned.
+/// The `use_backend` rules of the passthrough frontend for the TLSRoutes on the HTTPS port.
+/// Names that others serve on that port take precedence: an ssl-passthrough Ingress' (the
+/// SNI map, looked up first) and a name HTTPS serves with a certificate of its own (an
+/// Ingress' TLS host, an HTTPS listener's), which would otherwise be taken from its owner. A
+/// route naming one exactly is warned and left out there; one with a wildcard over such
+/// names hands them to the HTTPS frontend first.
 pub fn passthrough_rules(
     rules: Vec<SniRule>,
-    sni: &[MapEntry],
+    (sni, crt_list): (&[MapEntry], &[crate::model::CrtListEntry]),
     diags: &mut Diagnostics,
 ) -> Vec<TcpSwitch> {
-    let rules: Vec<SniRule> = rules
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let offloaded: BTreeSet<&str> = crt_list
+        .iter()
+        .flat_map(|e| &e.sni)
+        .map(String::as_str)
+        .filter(|n| !n.starts_with("*.") && !n.is_empty())
+        .collect();
+    let (wildcards, exact): (Vec<SniRule>, Vec<SniRule>) = rules
         .into_iter()
         .filter(|r| {
-            let taken = sni.iter().any(|e| *e.key == *r.host);
-            if taken {
-                diags.object(
-                    Severity::Warning,
-                    &r.route,
-                    r.field.clone(),
-                    format!(
-                        "host {} is also passed through by an Ingress (ssl-passthrough), which takes precedence",
-                        r.host
-                    ),
-                );
-            }
-            !taken
+            let owner = if sni.iter().any(|e| *e.key == *r.host) {
+                "passed through by an Ingress (ssl-passthrough)"
+            } else if offloaded.contains(r.host.as_str()) {
+                "served with a certificate on the HTTPS port (an Ingress' TLS host or an HTTPS listener's)"
+            } else {
+                return true;
+            };
+            diags.object(
+                Severity::Warning,
+                &r.route,
+                r.field.clone(),
+                format!(
+                    "host {} is also {owner}, which takes precedence; not passed through here",
+                    r.host
+                ),
+            );
+            false
+        })
+        .partition(|r| r.host.starts_with("*."));
+    let mut out = switches(&exact);
+    // The certificate names under a route's wildcard go to the HTTPS frontend first, a few
+    // to a line (HAProxy's lines are bounded).
+    let covered: Vec<&str> = offloaded
+        .iter()
+        .copied()
+        .filter(|n| {
+            wildcards
+                .iter()
+                .any(|w| w.host.strip_prefix('*').is_some_and(|s| n.ends_with(s)))
         })
         .collect();
-    switches(&rules)
+    for chunk in covered.chunks(OFFLOAD_NAMES_PER_LINE) {
+        let mut condition = words(&["if", "{", "req_ssl_sni,lower", "-m", "str"]);
+        condition.extend(chunk.iter().map(|n| n.to_string()));
+        condition.push("}".to_string());
+        out.push(TcpSwitch {
+            backend: HTTPS_OFFLOAD.to_string(),
+            condition,
+        });
+    }
+    out.extend(switches(&wildcards));
+    out
 }
+
+/// The passthrough frontend's backend to the HTTPS frontend (`parts/frontend-passthrough.j2`).
+const HTTPS_OFFLOAD: &str = "portcullis_https_offload";
+
+/// Names per `use_backend` line of [`passthrough_rules`].
+const OFFLOAD_NAMES_PER_LINE: usize = 16;
 
 /// The rules in the order HAProxy must try them: exact names, then wildcards longest
 /// first, then the rule for every name; each name's backends by weight.
@@ -576,30 +621,40 @@ mod tests {
     }
 
     #[test]
-    fn ingress_passthrough_hosts_take_precedence() {
+    fn ingress_and_certificate_names_take_precedence() {
         let mut diags = Diagnostics::default();
         let sni = [MapEntry {
             key: "a.example.com".into(),
             value: "tcp_x".into(),
         }];
+        let crt_list = [crate::model::CrtListEntry {
+            path: crate::model::CertPath::new("certs/x.pem".to_string(), Key::new("other", "x")),
+            options: None,
+            sni: vec!["c.example.com".to_string(), "d.other.com".to_string()],
+        }];
         let out = passthrough_rules(
             vec![
                 rule("a.example.com", &[("a", 1)]),
                 rule("b.example.com", &[("b", 1)]),
+                rule("c.example.com", &[("c", 1)]),
+                rule("*.example.com", &[("w", 1)]),
             ],
-            &sni,
+            (&sni, &crt_list),
             &mut diags,
         );
         assert_eq!(
             lines(&out),
-            ["b if { req_ssl_sni,lower -m str b.example.com }"]
+            [
+                "b if { req_ssl_sni,lower -m str b.example.com }",
+                "portcullis_https_offload if { req_ssl_sni,lower -m str c.example.com }",
+                "w if { req_ssl_sni,lower -m end .example.com }",
+            ]
         );
         let d = diags.into_sorted();
-        assert_eq!(d.len(), 1);
+        assert_eq!(d.len(), 2);
         assert!(
-            d[0].message.contains("takes precedence"),
-            "{}",
-            d[0].message
+            d.iter().all(|d| d.message.contains("takes precedence")),
+            "{d:?}"
         );
     }
 }
