@@ -311,10 +311,14 @@ async fn gateway_api_kinds(
         if served {
             present.push(kind);
         } else {
+            let version = if matches!(kind, Kind::TlsRoute | Kind::TcpRoute) {
+                format!("{} or v1alpha2", resource.api_version)
+            } else {
+                resource.api_version.clone()
+            };
             tracing::info!(
-                "the Gateway API {} resource ({}, {}) is not installed: not watched",
+                "the Gateway API {} resource ({version}, {}) is not installed: not watched",
                 kind.as_str(),
-                resource.api_version,
                 resource.plural
             );
         }
