@@ -451,7 +451,7 @@ pub struct PipelineArgs {
     )]
     pub controller_class: String,
     /// GatewayClasses with this spec.controllerName are ours: their Gateways and the
-    /// HTTPRoutes attached to them are served.
+    /// routes attached to them are served.
     #[arg(
         long,
         env = "PORTCULLIS_GATEWAY_CONTROLLER_NAME",
