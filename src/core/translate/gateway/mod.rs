@@ -102,7 +102,7 @@ pub struct ListenerState {
     pub hostname: Option<String>,
     /// None: not served (see the conditions).
     pub frontend: Option<Frontend>,
-    /// The bind of its own a TLS or TCP listener is served on; none: a shared frontend.
+    /// The port of the bind of its own the listener is served on; none: a shared frontend.
     pub port: Option<u16>,
     /// The TLS Secrets of an HTTPS listener that resolve.
     pub certificates: Vec<Key>,
