@@ -45,11 +45,12 @@ impl Translator<'_> {
         let attachments = attach(
             self.store,
             &self.config.gateway_controller_name,
-            &self.config.listen,
+            &super::ListenerPorts::of(self.config),
         );
         if attachments.gateways.is_empty() {
             return;
         }
+        self.gateway_l4(&attachments);
         let routes: BTreeMap<&Key, &HttpRoute> = http_routes(self.store).collect();
         let mut order = Vec::new();
         for (r, state) in attachments.routes.iter().enumerate() {
@@ -185,17 +186,19 @@ impl Translator<'_> {
         }
         for parent in state.parents.iter().filter(|p| p.conditions[0].status) {
             for (g, l, names) in &parent.listeners {
-                let frontend = attachments.gateways[*g].listeners[*l].frontend;
+                let listener = &attachments.gateways[*g].listeners[*l];
                 for name in names {
-                    hosts.entry(name.clone()).or_default().extend(frontend);
+                    let host = super::listeners::port_host(listener.port, name);
+                    hosts.entry(host).or_default().extend(listener.frontend);
                 }
             }
         }
         let served = |f: Frontend| {
-            attachments
-                .gateways
-                .iter()
-                .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
+            attachments.gateways.iter().any(|g| {
+                g.listeners
+                    .iter()
+                    .any(|l| l.frontend == Some(f) && l.port.is_none())
+            })
         };
         let both = served(Frontend::Http) && served(Frontend::Https);
         for (i, rule) in route.spec.rules.iter().enumerate() {
@@ -227,7 +230,7 @@ impl Translator<'_> {
                 let rank = ranks.get(&(i, j)).copied().unwrap_or(usize::MAX);
                 for (host, frontends) in &hosts {
                     let mut conditions = conditions.clone();
-                    if both && frontends.len() == 1 {
+                    if both && frontends.len() == 1 && !super::listeners::is_port_host(host) {
                         let tls = frontends.contains(&Frontend::Https);
                         conditions.push(AclCondition {
                             fetch: "ssl_fc".to_string(),
@@ -259,7 +262,7 @@ impl Translator<'_> {
                             host: host.clone(),
                             path: path.clone(),
                             kind,
-                            value: value.as_str().into(),
+                            value: super::listeners::port_value(host, value).into(),
                             rank,
                             ingress: route_object.clone(),
                             field: match_field.clone(),
