@@ -451,13 +451,22 @@ pub struct PipelineArgs {
     )]
     pub controller_class: String,
     /// GatewayClasses with this spec.controllerName are ours: their Gateways and the
-    /// HTTPRoutes attached to them are served.
+    /// routes attached to them are served.
     #[arg(
         long,
         env = "PORTCULLIS_GATEWAY_CONTROLLER_NAME",
         default_value = "portcullis.io/gateway-controller"
     )]
     pub gateway_controller_name: String,
+    /// Ports Gateway listeners may open binds of their own on (`PORT` or `FIRST-LAST`,
+    /// comma-separated). Empty (the default): Gateways share the HTTP and HTTPS ports only.
+    #[arg(
+        long,
+        env = "PORTCULLIS_GATEWAY_LISTENER_PORTS",
+        default_value = "",
+        value_parser = crate::translate::gateway::PortRanges::parse
+    )]
+    pub gateway_listener_ports: crate::translate::gateway::PortRanges,
     /// Also serve Ingresses that name no class.
     #[arg(long, env = "PORTCULLIS_WATCH_INGRESS_WITHOUT_CLASS")]
     pub watch_ingress_without_class: bool,
@@ -620,6 +629,7 @@ impl PipelineArgs {
             ingress_class: self.ingress_class.clone(),
             controller_class: self.controller_class.clone(),
             gateway_controller_name: self.gateway_controller_name.clone(),
+            gateway_listener_ports: self.gateway_listener_ports.clone(),
             watch_ingress_without_class: self.watch_ingress_without_class,
             config_map: self.configmap.clone(),
             default_backend_service: self.default_backend_service.clone(),

@@ -632,7 +632,13 @@ fn rbac_grants_exactly_what_the_cluster_source_uses() {
     }
     // Write: Ingress status (merge patch), Events (created), the Lease (read, create, replace).
     cluster.insert(grant("networking.k8s.io", "ingresses/status", "patch"));
-    for resource in ["gatewayclasses", "gateways", "httproutes"] {
+    for resource in [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "tlsroutes",
+        "tcproutes",
+    ] {
         let status = format!("{resource}/status");
         cluster.insert(grant("gateway.networking.k8s.io", &status, "patch"));
     }

@@ -102,9 +102,9 @@ spec:
     port: 80
     protocol: HTTP
     hostname: \"*.example.com\"
-  - name: tcp
+  - name: udp
     port: 9000
-    protocol: TCP
+    protocol: UDP
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -257,7 +257,7 @@ fn serves_routes_and_writes_status_from_the_cluster() {
         "Accepted",
     );
     expect(
-        "listener tcp Accepted",
+        "listener udp Accepted",
         listener(1, "Accepted"),
         "False",
         "UnsupportedProtocol",

@@ -64,6 +64,8 @@ pub struct Connected {
     /// The Gateway API kinds the API server serves (and so watched), with `Namespace` when
     /// any is (`allowedRoutes` selectors read namespace labels).
     pub gateway_api_present: Vec<Kind>,
+    /// Those served at another version than their default (TLSRoute, TCPRoute at `v1alpha2`).
+    pub gateway_api_versions: crate::cluster::reflect::ApiVersions,
 }
 
 impl std::fmt::Debug for Connected {
@@ -180,13 +182,14 @@ pub async fn connect(
         let result = tokio::time::timeout(per_attempt, probe(&client, config.tcp_crd)).await;
         let cause = match result {
             Ok(Ok((version, tcp_crd_present, resources_present))) => 'found: {
-                let gateway_api_present = match gateway_api_kinds(&client).await {
-                    Ok(kinds) => kinds,
-                    Err(ProbeError::Permanent(message)) => {
-                        return Err(StartupError::Permanent(format!("{server}: {message}")));
-                    }
-                    Err(ProbeError::Transient(cause)) => break 'found cause,
-                };
+                let (gateway_api_present, gateway_api_versions) =
+                    match gateway_api_kinds(&client).await {
+                        Ok(kinds) => kinds,
+                        Err(ProbeError::Permanent(message)) => {
+                            return Err(StartupError::Permanent(format!("{server}: {message}")));
+                        }
+                        Err(ProbeError::Transient(cause)) => break 'found cause,
+                    };
                 tracing::info!(%server, %version, attempt, "connected to the Kubernetes API server");
                 return Ok(Connected {
                     client,
@@ -195,6 +198,7 @@ pub async fn connect(
                     tcp_crd_present,
                     resources_present,
                     gateway_api_present,
+                    gateway_api_versions,
                 });
             }
             Ok(Err(ProbeError::Permanent(message))) => {
@@ -278,25 +282,43 @@ async fn probe(
 
 /// The Gateway API kinds the API server serves. A missing CRD is a notice, not an error:
 /// its kind is not watched.
-async fn gateway_api_kinds(client: &kube::Client) -> Result<Vec<Kind>, ProbeError> {
+async fn gateway_api_kinds(
+    client: &kube::Client,
+) -> Result<(Vec<Kind>, crate::cluster::reflect::ApiVersions), ProbeError> {
     let mut present = Vec::new();
+    let mut versions = crate::cluster::reflect::ApiVersions::new();
     for kind in Kind::GATEWAY_API {
         if kind == Kind::Namespace {
             continue;
         }
         let resource = crate::cluster::reflect::api_resource(kind);
-        let served = match client.list_api_group_resources(&resource.api_version).await {
-            Ok(list) => list.resources.iter().any(|r| r.name == resource.plural),
-            Err(kube::Error::Api(s)) if s.code == 404 => false,
-            Err(e) => return Err(classify(&e, "discovery of the Gateway API")),
+        let plural = &resource.plural;
+        let serves = |api_version: String| async move {
+            match client.list_api_group_resources(&api_version).await {
+                Ok(list) => Ok(list.resources.iter().any(|r| r.name == *plural)),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                Err(e) => Err(classify(&e, "discovery of the Gateway API")),
+            }
         };
+        let mut served = serves(resource.api_version.clone()).await?;
+        // TLSRoute and TCPRoute were `v1alpha2` until Gateway API v1.6.
+        if !served && matches!(kind, Kind::TlsRoute | Kind::TcpRoute) {
+            served = serves(format!("{}/v1alpha2", resource.group)).await?;
+            if served {
+                versions.insert(kind, "v1alpha2");
+            }
+        }
         if served {
             present.push(kind);
         } else {
+            let version = if matches!(kind, Kind::TlsRoute | Kind::TcpRoute) {
+                format!("{} or v1alpha2", resource.api_version)
+            } else {
+                resource.api_version.clone()
+            };
             tracing::info!(
-                "the Gateway API {} resource ({}, {}) is not installed: not watched",
+                "the Gateway API {} resource ({version}, {}) is not installed: not watched",
                 kind.as_str(),
-                resource.api_version,
                 resource.plural
             );
         }
@@ -304,7 +326,7 @@ async fn gateway_api_kinds(client: &kube::Client) -> Result<Vec<Kind>, ProbeErro
     if !present.is_empty() {
         present.push(Kind::Namespace);
     }
-    Ok(present)
+    Ok((present, versions))
 }
 
 /// Whether an error is worth retrying. Authentication and authorisation failures are not:

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::objects::gateway::{GATEWAY_GROUP, GatewayApi};
 use crate::objects::{Key, Kind};
 use crate::store::Store;
-use crate::translate::gateway::{Condition, attach};
+use crate::translate::gateway::{Condition, ListenerPorts, attach};
 
 /// What this replica last wrote per object, with the resourceVersion the store had then:
 /// not written again with the same status until the store shows another version.
@@ -86,11 +86,11 @@ fn timeless(v: &Value) -> Value {
 pub fn updates(
     store: &Store,
     controller_name: &str,
-    listen: &crate::model::Listen,
+    ports: &ListenerPorts,
     addresses: &[k8s_openapi::api::networking::v1::IngressLoadBalancerIngress],
     now: &str,
 ) -> Vec<GatewayStatusUpdate> {
-    let attachments = attach(store, controller_name, listen);
+    let attachments = attach(store, controller_name, ports);
     let mut out = Vec::new();
     let current = |kind: Kind, key: &Key| -> Value {
         store
@@ -100,6 +100,7 @@ pub fn updates(
                 GatewayApi::GatewayClass(c) => c.status.clone(),
                 GatewayApi::Gateway(g) => g.status.clone(),
                 GatewayApi::HttpRoute(r) => r.status.clone(),
+                GatewayApi::TlsRoute(r) | GatewayApi::TcpRoute(r) => r.status.clone(),
                 _ => None,
             })
             .unwrap_or(Value::Null)
@@ -129,10 +130,9 @@ pub fn updates(
                     .as_array()
                     .and_then(|list| list.iter().find(|p| p["name"] == l.name.as_str()))
                     .and_then(|p| p.get("conditions"));
-                let kinds = if l.frontend.is_some() {
-                    json!([{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}])
-                } else {
-                    json!([])
+                let kinds = match l.frontend {
+                    Some(f) => json!([{"group": GATEWAY_GROUP, "kind": f.route_kind().as_str()}]),
+                    None => json!([]),
                 };
                 json!({
                     "name": l.name,
@@ -157,8 +157,14 @@ pub fn updates(
         });
         push(Kind::Gateway, &gateway.key, status, &held);
     }
-    for route in &attachments.routes {
-        let held = current(Kind::HttpRoute, &route.key);
+    let routes = attachments
+        .routes
+        .iter()
+        .map(|r| (Kind::HttpRoute, r))
+        .chain(attachments.tls_routes.iter().map(|r| (Kind::TlsRoute, r)))
+        .chain(attachments.tcp_routes.iter().map(|r| (Kind::TcpRoute, r)));
+    for (kind, route) in routes {
+        let held = current(kind, &route.key);
         let held_parents = held["parents"].as_array().cloned().unwrap_or_default();
         let mut parents: Vec<Value> = held_parents
             .iter()
@@ -189,7 +195,7 @@ pub fn updates(
             }));
         }
         let status = json!({"parents": parents});
-        push(Kind::HttpRoute, &route.key, status, &held);
+        push(kind, &route.key, status, &held);
     }
     out
 }
@@ -199,10 +205,11 @@ pub fn updates(
 pub async fn write(
     client: &kube::Client,
     updates: &[GatewayStatusUpdate],
+    versions: &crate::cluster::reflect::ApiVersions,
 ) -> Vec<(GatewayStatusUpdate, kube::Error)> {
     let mut failed = Vec::new();
     for update in updates {
-        let resource = crate::cluster::reflect::api_resource(update.kind);
+        let resource = crate::cluster::reflect::api_resource_at(update.kind, versions);
         let api: Api<DynamicObject> = if update.kind.namespaced() {
             Api::namespaced_with(client.clone(), &update.key.namespace, &resource)
         } else {
@@ -228,7 +235,7 @@ pub async fn publish(
     client: &kube::Client,
     store: &Store,
     controller_name: &str,
-    listen: &crate::model::Listen,
+    (ports, versions): (&ListenerPorts, &crate::cluster::reflect::ApiVersions),
     addresses: &[k8s_openapi::api::networking::v1::IngressLoadBalancerIngress],
     written: &mut Written,
 ) -> (usize, usize) {
@@ -239,19 +246,18 @@ pub async fn publish(
             .get(key)
             .and_then(|o| o.metadata().resource_version.clone())
     };
-    let updates: Vec<GatewayStatusUpdate> =
-        updates(store, controller_name, listen, addresses, &now)
-            .into_iter()
-            .filter(|u| {
-                written.get(&(u.kind, u.key.clone()))
-                    != Some(&(version(u.kind, &u.key), timeless(&u.status)))
-            })
-            .collect();
+    let updates: Vec<GatewayStatusUpdate> = updates(store, controller_name, ports, addresses, &now)
+        .into_iter()
+        .filter(|u| {
+            written.get(&(u.kind, u.key.clone()))
+                != Some(&(version(u.kind, &u.key), timeless(&u.status)))
+        })
+        .collect();
     written.retain(|(kind, key), _| store.gateway_api(*kind).contains_key(key));
     if updates.is_empty() {
         return (0, 0);
     }
-    let failed = write(client, &updates).await;
+    let failed = write(client, &updates, versions).await;
     for update in &updates {
         if !failed
             .iter()

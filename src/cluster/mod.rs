@@ -79,6 +79,7 @@ pub async fn start(
         tcp: connected.tcp_crd_present,
         resources: connected.resources_present.clone(),
         gateway_api: connected.gateway_api_present.clone(),
+        gateway_api_versions: connected.gateway_api_versions.clone(),
         named_services,
         named_secrets: translate
             .default_ssl_certificate
@@ -125,7 +126,8 @@ pub async fn start(
             controller_class: translate.controller_class.clone(),
             watch_ingress_without_class: translate.watch_ingress_without_class,
             gateway_controller_name: translate.gateway_controller_name.clone(),
-            listen: translate.listen.clone(),
+            gateway_ports: crate::translate::gateway::ListenerPorts::of(translate),
+            gateway_api_versions: connected.gateway_api_versions.clone(),
         },
         metrics,
     );

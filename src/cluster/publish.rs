@@ -33,9 +33,11 @@ pub struct PublisherConfig {
     pub ingress_class: String,
     pub controller_class: String,
     pub watch_ingress_without_class: bool,
-    /// `--gateway-controller-name`, and the binds Gateway listeners are served on.
+    /// `--gateway-controller-name`, and the ports Gateway listeners may be served on.
     pub gateway_controller_name: String,
-    pub listen: crate::model::Listen,
+    pub gateway_ports: crate::translate::gateway::ListenerPorts,
+    /// Gateway API kinds served at another version than their default.
+    pub gateway_api_versions: super::reflect::ApiVersions,
 }
 
 /// One applied state.
@@ -164,7 +166,7 @@ async fn run(
                 &client,
                 &state.store,
                 &config.gateway_controller_name,
-                &config.listen,
+                (&config.gateway_ports, &config.gateway_api_versions),
                 &addresses,
                 &mut gateway_written,
             )

@@ -47,6 +47,9 @@ pub struct WatchSpec {
     pub label_selector: Option<String>,
     /// Whether objects pass through the namespace filter (cluster-wide watches do).
     pub filtered: bool,
+    /// The API version to watch when the API server serves another than [`api_resource`]'s
+    /// (TLSRoute and TCPRoute at `v1alpha2`).
+    pub version: Option<&'static str>,
 }
 
 impl WatchSpec {
@@ -57,6 +60,7 @@ impl WatchSpec {
             field_selector: None,
             label_selector: None,
             filtered: false,
+            version: None,
         }
     }
 
@@ -93,6 +97,8 @@ pub struct WatchPlan {
     pub resources: Vec<Kind>,
     /// The Gateway API kinds to watch (those served), and `Namespace` with them.
     pub gateway_api: Vec<Kind>,
+    /// The kinds served at another version than [`api_resource`]'s.
+    pub gateway_api_versions: ApiVersions,
     /// Services and Secrets named by flags (default backend, publish service, default
     /// certificate): watched by name when the namespace filter would hide them.
     pub named_services: Vec<Key>,
@@ -177,8 +183,24 @@ impl WatchPlan {
                 ..WatchSpec::new(Kind::Pod)
             });
         }
+        for spec in &mut specs {
+            spec.version = self.gateway_api_versions.get(&spec.kind).copied();
+        }
         specs
     }
+}
+
+/// Kinds the API server serves at another version than [`api_resource`] names.
+pub type ApiVersions = std::collections::BTreeMap<Kind, &'static str>;
+
+/// [`api_resource`] at the version the API server serves, when `versions` names one.
+pub fn api_resource_at(kind: Kind, versions: &ApiVersions) -> ApiResource {
+    let mut resource = api_resource(kind);
+    if let Some(v) = versions.get(&kind) {
+        resource.version = v.to_string();
+        resource.api_version = format!("{}/{v}", resource.group);
+    }
+    resource
 }
 
 /// The API resource of a kind.
@@ -201,6 +223,9 @@ pub fn api_resource(kind: Kind) -> ApiResource {
         Kind::HttpRoute => (GATEWAY_GROUP, "v1", "httproutes"),
         // Served as v1beta1 by every standard-channel release.
         Kind::ReferenceGrant => (GATEWAY_GROUP, "v1beta1", "referencegrants"),
+        // Standard (v1) since Gateway API v1.6; `v1alpha2` before (see `api_resource_at`).
+        Kind::TlsRoute => (GATEWAY_GROUP, "v1", "tlsroutes"),
+        Kind::TcpRoute => (GATEWAY_GROUP, "v1", "tcproutes"),
         Kind::Namespace => ("", "v1", "namespaces"),
     };
     ApiResource {
@@ -419,7 +444,10 @@ fn key_of(object: &DynamicObject) -> Key {
 
 /// One watch: applies its events to the shared store until the task is aborted.
 async fn reflect(state: Arc<ClusterState>, client: kube::Client, index: usize, spec: WatchSpec) {
-    let resource = api_resource(spec.kind);
+    let mut resource = api_resource(spec.kind);
+    if let Some(v) = spec.version {
+        resource = api_resource_at(spec.kind, &ApiVersions::from([(spec.kind, v)]));
+    }
     let api: Api<DynamicObject> = match &spec.namespace {
         Some(ns) if spec.kind.namespaced() => Api::namespaced_with(client, ns, &resource),
         _ => Api::all_with(client, &resource),
@@ -550,6 +578,7 @@ mod tests {
             tcp: true,
             resources: Vec::new(),
             gateway_api: Vec::new(),
+            gateway_api_versions: ApiVersions::new(),
             named_services: vec![Key::new("ingress", "default-backend")],
             named_secrets: vec![Key::new("web", "default-cert")],
         }

@@ -1404,6 +1404,29 @@ pub struct FrontendRules {
     /// rule each; the ssl-redirect map's value for their hosts is `<code>:<port>`. Redirects
     /// without a port are `redirect_codes`.
     pub ssl_redirect_ports: Vec<RedirectPort>,
+    /// TLSRoutes on the HTTPS port: `use_backend` rules of the passthrough frontend, tried
+    /// after the ssl-passthrough hosts (which take precedence). Not serialized when empty:
+    /// templates test `is defined`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tls_routes: Vec<TcpSwitch>,
+    /// Some Gateway API TCP or TLS rule or frontend sends connections to the built-in
+    /// `portcullis_reject` backend (no route, a backend ref that does not resolve), which
+    /// is rendered only then. Not serialized when false: templates test `is defined`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reject_backend: bool,
+    /// Gateway API HTTP and HTTPS listeners on ports of their own, by port: a frontend each
+    /// that looks up only the routes attached there (keys `<port>/<host><path>`, values
+    /// `port~<route>`). Not serialized when empty: templates test `is defined`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub http_ports: Vec<HttpPort>,
+}
+
+/// A Gateway API HTTP or HTTPS listener port with a frontend of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct HttpPort {
+    pub port: u16,
+    /// HTTPS: TLS terminated with the crt-list of the HTTPS frontend.
+    pub tls: bool,
 }
 
 /// An HTTP→HTTPS redirect to a port of its own: `https://<host>:<port><uri>`.

@@ -54,13 +54,17 @@ pub enum Kind {
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
     ReferenceGrant,
+    #[serde(rename = "TLSRoute")]
+    TlsRoute,
+    #[serde(rename = "TCPRoute")]
+    TcpRoute,
     /// Read for the labels `allowedRoutes` selectors match.
     Namespace,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 18] = [
         Kind::Ingress,
         Kind::IngressClass,
         Kind::Service,
@@ -76,15 +80,19 @@ impl Kind {
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::ReferenceGrant,
+        Kind::TlsRoute,
+        Kind::TcpRoute,
         Kind::Namespace,
     ];
 
     /// The Gateway API kinds (and Namespace, which their selectors read).
-    pub const GATEWAY_API: [Kind; 5] = [
+    pub const GATEWAY_API: [Kind; 7] = [
         Kind::GatewayClass,
         Kind::Gateway,
         Kind::HttpRoute,
         Kind::ReferenceGrant,
+        Kind::TlsRoute,
+        Kind::TcpRoute,
         Kind::Namespace,
     ];
 
@@ -108,6 +116,8 @@ impl Kind {
             Kind::Gateway => "Gateway",
             Kind::HttpRoute => "HTTPRoute",
             Kind::ReferenceGrant => "ReferenceGrant",
+            Kind::TlsRoute => "TLSRoute",
+            Kind::TcpRoute => "TCPRoute",
             Kind::Namespace => "Namespace",
         }
     }

@@ -97,7 +97,7 @@ pub struct Store {
     /// [`Store::resources_of`]).
     resources: [BTreeMap<Key, Arc<Resource>>; 3],
     /// Gateway API objects and Namespaces, by kind (see [`Store::gateway_api`]).
-    gateway_api: [BTreeMap<Key, Arc<GatewayApi>>; 5],
+    gateway_api: [BTreeMap<Key, Arc<GatewayApi>>; 7],
     /// The address of every object held (see [`Object::address`]), so that [`Store::sync_to`]
     /// recognizes the objects it holds already without looking at their keys.
     addresses: HashSet<usize>,
@@ -497,6 +497,8 @@ fn gateway_index(kind: Kind) -> usize {
         Kind::Gateway => 1,
         Kind::HttpRoute => 2,
         Kind::ReferenceGrant => 3,
+        Kind::TlsRoute => 5,
+        Kind::TcpRoute => 6,
         _ => 4,
     }
 }

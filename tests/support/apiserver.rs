@@ -195,7 +195,8 @@ pub fn tcp_crd() -> ResourceDef {
 }
 
 /// The Gateway API's standard-channel resources (`gateway.networking.k8s.io`): GatewayClass,
-/// Gateway, HTTPRoute (v1, with `status`) and ReferenceGrant (v1beta1).
+/// Gateway, HTTPRoute, TLSRoute (v1, with `status`), TCPRoute (v1alpha2, with `status`) and
+/// ReferenceGrant (v1beta1).
 pub fn gateway_api_crds() -> Vec<ResourceDef> {
     vec![
         ResourceDef::new(
@@ -219,6 +220,21 @@ pub fn gateway_api_crds() -> Vec<ResourceDef> {
             "referencegrants",
             true,
         ),
+        ResourceDef::new(
+            "gateway.networking.k8s.io/v1",
+            "TLSRoute",
+            "tlsroutes",
+            true,
+        )
+        .with_status(),
+        // Served at its version before Gateway API v1.6, as older clusters do.
+        ResourceDef::new(
+            "gateway.networking.k8s.io/v1alpha2",
+            "TCPRoute",
+            "tcproutes",
+            true,
+        )
+        .with_status(),
     ]
 }
 

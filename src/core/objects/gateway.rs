@@ -1,5 +1,6 @@
 //! Gateway API objects (`gateway.networking.k8s.io/v1`): `GatewayClass`, `Gateway`,
-//! `HTTPRoute`, `ReferenceGrant` (`v1beta1` too, its served version in older CRDs), and the
+//! `HTTPRoute`, `TLSRoute` and `TCPRoute` (`v1alpha2` too, their version before v1.6),
+//! `ReferenceGrant` (`v1beta1` too, its served version in older CRDs), and the
 //! `Namespace`s whose labels `allowedRoutes` selectors read.
 //!
 //! These are Portcullis' own serde structs for the fields it reads, not generated bindings:
@@ -25,6 +26,8 @@ pub enum GatewayApi {
     Gateway(Gateway),
     HttpRoute(HttpRoute),
     ReferenceGrant(ReferenceGrant),
+    TlsRoute(L4Route),
+    TcpRoute(L4Route),
     Namespace(Namespace),
 }
 
@@ -35,6 +38,8 @@ impl GatewayApi {
             GatewayApi::Gateway(_) => Kind::Gateway,
             GatewayApi::HttpRoute(_) => Kind::HttpRoute,
             GatewayApi::ReferenceGrant(_) => Kind::ReferenceGrant,
+            GatewayApi::TlsRoute(_) => Kind::TlsRoute,
+            GatewayApi::TcpRoute(_) => Kind::TcpRoute,
             GatewayApi::Namespace(_) => Kind::Namespace,
         }
     }
@@ -45,6 +50,7 @@ impl GatewayApi {
             GatewayApi::Gateway(o) => &o.metadata,
             GatewayApi::HttpRoute(o) => &o.metadata,
             GatewayApi::ReferenceGrant(o) => &o.metadata,
+            GatewayApi::TlsRoute(o) | GatewayApi::TcpRoute(o) => &o.metadata,
             GatewayApi::Namespace(o) => &o.metadata,
         }
     }
@@ -55,6 +61,7 @@ impl GatewayApi {
             GatewayApi::Gateway(o) => &mut o.metadata,
             GatewayApi::HttpRoute(o) => &mut o.metadata,
             GatewayApi::ReferenceGrant(o) => &mut o.metadata,
+            GatewayApi::TlsRoute(o) | GatewayApi::TcpRoute(o) => &mut o.metadata,
             GatewayApi::Namespace(o) => &mut o.metadata,
         }
     }
@@ -67,6 +74,8 @@ impl GatewayApi {
             Kind::Gateway => GatewayApi::Gateway(decode_ref(value, name)?),
             Kind::HttpRoute => GatewayApi::HttpRoute(decode_ref(value, name)?),
             Kind::ReferenceGrant => GatewayApi::ReferenceGrant(decode_ref(value, name)?),
+            Kind::TlsRoute => GatewayApi::TlsRoute(decode_ref(value, name)?),
+            Kind::TcpRoute => GatewayApi::TcpRoute(decode_ref(value, name)?),
             _ => GatewayApi::Namespace(decode_ref(value, Kind::Namespace.as_str())?),
         })
     }
@@ -79,6 +88,8 @@ impl GatewayApi {
             ("v1", "Gateway") => Some(Kind::Gateway),
             ("v1", "HTTPRoute") => Some(Kind::HttpRoute),
             ("v1" | "v1beta1", "ReferenceGrant") => Some(Kind::ReferenceGrant),
+            ("v1" | "v1alpha2", "TLSRoute") => Some(Kind::TlsRoute),
+            ("v1" | "v1alpha2", "TCPRoute") => Some(Kind::TcpRoute),
             _ => None,
         }
     }
@@ -309,6 +320,40 @@ pub struct HttpBackendRef {
     pub filters: Vec<HttpRouteFilter>,
 }
 
+/// A `TLSRoute` or a `TCPRoute`: the same fields (a TCPRoute has no `hostnames`), read
+/// alike from `v1` and `v1alpha2`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default)]
+pub struct L4Route {
+    pub metadata: ObjectMeta,
+    pub spec: L4RouteSpec,
+    /// As the API server holds it: the status writer compares with it.
+    pub status: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct L4RouteSpec {
+    pub parent_refs: Vec<ObjectReference>,
+    /// TLSRoute only: the TLS server names routed.
+    pub hostnames: Vec<String>,
+    pub rules: Vec<L4RouteRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct L4RouteRule {
+    pub backend_refs: Vec<L4BackendRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(default)]
+pub struct L4BackendRef {
+    #[serde(flatten)]
+    pub reference: ObjectReference,
+    pub weight: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(default)]
 pub struct ReferenceGrant {
@@ -416,6 +461,14 @@ mod tests {
         );
         assert_eq!(
             GatewayApi::kind_of("gateway.networking.k8s.io/v1alpha2", "TCPRoute"),
+            Some(Kind::TcpRoute)
+        );
+        assert_eq!(
+            GatewayApi::kind_of("gateway.networking.k8s.io/v1", "TLSRoute"),
+            Some(Kind::TlsRoute)
+        );
+        assert_eq!(
+            GatewayApi::kind_of("gateway.networking.k8s.io/v1alpha2", "UDPRoute"),
             None
         );
     }

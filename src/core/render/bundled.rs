@@ -31,6 +31,10 @@ pub(crate) const TEMPLATES: &[(&str, &str)] = &[
         include_str!("../../../templates/parts/defaults.j2"),
     ),
     (
+        "parts/frontend-gateway-http.j2",
+        include_str!("../../../templates/parts/frontend-gateway-http.j2"),
+    ),
+    (
         "parts/frontend-http.j2",
         include_str!("../../../templates/parts/frontend-http.j2"),
     ),

@@ -51,6 +51,8 @@ pub struct TranslateConfig {
     pub controller_class: String,
     /// `--gateway-controller-name`: the `controllerName` of our GatewayClasses.
     pub gateway_controller_name: String,
+    /// `--gateway-listener-ports`: the ports Gateway listeners may open binds on.
+    pub gateway_listener_ports: gateway::listeners::PortRanges,
     pub watch_ingress_without_class: bool,
     pub config_map: Option<Key>,
     pub default_backend_service: Option<Key>,
@@ -89,6 +91,7 @@ impl Default for TranslateConfig {
             ingress_class: "portcullis".to_string(),
             controller_class: "portcullis.io/ingress".to_string(),
             gateway_controller_name: gateway::DEFAULT_CONTROLLER_NAME.to_string(),
+            gateway_listener_ports: gateway::listeners::PortRanges::default(),
             watch_ingress_without_class: false,
             config_map: None,
             default_backend_service: None,
@@ -459,6 +462,12 @@ struct Translator<'a> {
     default_backend: Option<(String, String)>,
     tcp_services: Vec<crate::model::TcpService>,
     tcp_backends: BTreeMap<String, BackendBuild>,
+    /// TLSRoutes on the HTTPS port, resolved against the ssl-passthrough hosts in `finish`.
+    gateway_sni: Vec<gateway::l4::SniRule>,
+    /// Some Gateway API TCP or TLS frontend sends connections to `portcullis_reject`.
+    gateway_reject: bool,
+    /// Gateway API HTTP and HTTPS listeners on ports of their own.
+    gateway_http_ports: Vec<crate::model::HttpPort>,
     /// `request-capture` slots of the frontends, in the order routes first ask for them.
     captures: Vec<crate::model::FrontendCapture>,
     /// `userlist` sections of basic authentication, read from Secrets.
@@ -723,6 +732,9 @@ impl<'a> Translator<'a> {
             pem_files: BTreeMap::new(),
             tcp_services: Vec::new(),
             tcp_backends: BTreeMap::new(),
+            gateway_sni: Vec::new(),
+            gateway_reject: false,
+            gateway_http_ports: Vec::new(),
             default_backend: None,
             captures: Vec::new(),
             userlists: auth::Userlists::default(),
@@ -1530,6 +1542,11 @@ impl<'a> Translator<'a> {
             .https(&ingress_parts, parts_tls, tls_main, redirects_on);
         drop(ingress_parts);
         let tls = https.tls.clone();
+        let tls_routes = gateway::l4::passthrough_rules(
+            std::mem::take(&mut self.gateway_sni),
+            (&maps.sni, &tls.crt_list),
+            &mut self.diags,
+        );
         let mut redirect_codes = Vec::new();
         let mut ssl_redirect_ports = Vec::new();
         if let Some(redirects) = &https.redirects {
@@ -1545,8 +1562,9 @@ impl<'a> Translator<'a> {
             Some((backend, _)) => DefaultBackend::Service { backend },
             None => DefaultBackend::NotFound,
         };
-        let invalid_backend_routes =
-            needs.invalid || canaries.iter().any(|c| c.route == routes::INVALID_BACKEND);
+        let invalid_backend_routes = needs.invalid
+            || canaries.iter().any(|c| c.route == routes::INVALID_BACKEND)
+            || gateway::l4::port_routes_invalid(&self.gateway_http_ports, &maps, &canaries);
         let peers = peers::peers(self.store, &self.config.identity, &mut self.diags);
         let replicas = peers.as_ref().map_or(1, |p| p.entries.len().max(1));
         let replicas = u32::try_from(replicas).unwrap_or(u32::MAX);
@@ -1568,6 +1586,9 @@ impl<'a> Translator<'a> {
                 invalid_backend_routes,
                 passthrough_access,
                 ssl_redirect_ports,
+                tls_routes,
+                reject_backend: self.gateway_reject,
+                http_ports: std::mem::take(&mut self.gateway_http_ports),
             },
             redirect_codes,
             backends,

@@ -50,11 +50,12 @@ impl Translator<'_> {
         let attachments = attach(
             self.store,
             &self.config.gateway_controller_name,
-            &self.config.listen,
+            &super::ListenerPorts::of(self.config),
         );
         if attachments.gateways.is_empty() {
             return;
         }
+        self.gateway_l4(&attachments);
         let routes: BTreeMap<&Key, &HttpRoute> = http_routes(self.store).collect();
         let mut order = Vec::new();
         for (r, state) in attachments.routes.iter().enumerate() {
@@ -158,12 +159,6 @@ impl Translator<'_> {
             .gateway_api(Kind::HttpRoute)
             .get(&state.key)?
             .clone();
-        let served = |f: Frontend| {
-            attachments
-                .gateways
-                .iter()
-                .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
-        };
         let mut ranks: Vec<((usize, usize), usize)> = ranks.iter().map(|(k, v)| (*k, *v)).collect();
         ranks.sort_unstable();
         Some(RouteInputs {
@@ -173,9 +168,12 @@ impl Translator<'_> {
                 .parents
                 .iter()
                 .flat_map(|p| &p.listeners)
-                .map(|(g, l, _)| attachments.gateways[*g].listeners[*l].frontend)
+                .map(|(g, l, _)| {
+                    let listener = &attachments.gateways[*g].listeners[*l];
+                    (listener.frontend, listener.port)
+                })
                 .collect(),
-            both: served(Frontend::Http) && served(Frontend::Https),
+            both: both_protocols(attachments),
             rank,
             ranks,
             refs: route
@@ -298,19 +296,14 @@ impl Translator<'_> {
         }
         for parent in state.parents.iter().filter(|p| p.conditions[0].status) {
             for (g, l, names) in &parent.listeners {
-                let frontend = attachments.gateways[*g].listeners[*l].frontend;
+                let listener = &attachments.gateways[*g].listeners[*l];
                 for name in names {
-                    hosts.entry(name.clone()).or_default().extend(frontend);
+                    let host = super::listeners::port_host(listener.port, name);
+                    hosts.entry(host).or_default().extend(listener.frontend);
                 }
             }
         }
-        let served = |f: Frontend| {
-            attachments
-                .gateways
-                .iter()
-                .any(|g| g.listeners.iter().any(|l| l.frontend == Some(f)))
-        };
-        let both = served(Frontend::Http) && served(Frontend::Https);
+        let both = both_protocols(attachments);
         let annotations = Arc::new(route.metadata.annotations.clone().unwrap_or_default());
         self.policy
             .vocabulary()
@@ -366,7 +359,7 @@ impl Translator<'_> {
                         _ => backends.iter().map(|(v, _)| v.clone()).collect(),
                     };
                     let mut conditions = conditions.clone();
-                    if both && frontends.len() == 1 {
+                    if both && frontends.len() == 1 && !super::listeners::is_port_host(host) {
                         let tls = frontends.contains(&Frontend::Https);
                         conditions.push(AclCondition {
                             fetch: "ssl_fc".to_string(),
@@ -398,7 +391,7 @@ impl Translator<'_> {
                             host: host.clone(),
                             path: path.clone(),
                             kind,
-                            value: value.as_str().into(),
+                            value: super::listeners::port_value(host, value).into(),
                             rank,
                             ingress: route_object.clone(),
                             field: match_field.clone(),
@@ -751,6 +744,19 @@ fn path_type_fact(m: &HttpRouteMatch) -> &'static str {
     }
 }
 
+/// Whether the shared frontends serve both HTTP and HTTPS listeners (a route attached to one
+/// protocol only then gets a condition on it).
+fn both_protocols(attachments: &Attachments) -> bool {
+    let served = |f: Frontend| {
+        attachments.gateways.iter().any(|g| {
+            g.listeners
+                .iter()
+                .any(|l| l.frontend == Some(f) && l.port.is_none())
+        })
+    };
+    served(Frontend::Http) && served(Frontend::Https)
+}
+
 /// What an HTTPRoute's part was made from (see `Translator::route_inputs`): the part is
 /// taken by a later run only when these are the same (the object and the Services the very
 /// same, kept alive here so that their addresses are not reused).
@@ -758,7 +764,8 @@ fn path_type_fact(m: &HttpRouteMatch) -> &'static str {
 pub(in crate::translate) struct RouteInputs {
     object: Arc<crate::objects::GatewayApi>,
     state: RouteState,
-    frontends: Vec<Option<Frontend>>,
+    /// The frontend and the port of its own of each listener the route is attached to.
+    frontends: Vec<(Option<Frontend>, Option<u16>)>,
     both: bool,
     rank: usize,
     ranks: Vec<((usize, usize), usize)>,

@@ -6,12 +6,15 @@
 //! Ingresses; the cluster source writes it as the objects' status ([`Attachments`] holds every
 //! condition the spec defines, with its reason).
 //!
-//! Listeners are served by the shared HAProxy frontends: an `HTTP` listener on port 80 or the
-//! HTTP bind port, an `HTTPS` listener on port 443 or the HTTPS bind port. Other ports and
-//! protocols are refused on the listener (`Accepted: False`, `PortUnavailable` or
-//! `UnsupportedProtocol`).
+//! `HTTP` and `HTTPS` listeners on port 80 or the HTTP bind port, 443 or the HTTPS bind port,
+//! are served by the shared HAProxy frontends; `TLS` passthrough listeners on the HTTPS port
+//! by its passthrough frontend; every other listener by a bind of its own ([`listeners`]
+//! decides which ports). TLSRoutes and TCPRoutes are translated in [`l4`]. Other protocols
+//! are refused on the listener (`Accepted: False`, `UnsupportedProtocol`).
 
 pub mod http;
+pub mod l4;
+pub mod listeners;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,11 +23,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Serialize;
 
 use crate::objects::gateway::{
-    GATEWAY_GROUP, Gateway, GatewayApi, HttpRoute, Listener, ObjectReference, ReferenceGrant,
+    GATEWAY_GROUP, Gateway, GatewayApi, HttpRoute, L4Route, Listener, ObjectReference,
+    ReferenceGrant,
 };
 use crate::objects::{Key, Kind};
 use crate::store::Store;
 use crate::values;
+pub use listeners::{ListenerPorts, PortRanges};
 
 /// `--gateway-controller-name`'s default.
 pub const DEFAULT_CONTROLLER_NAME: &str = "portcullis.io/gateway-controller";
@@ -64,6 +69,22 @@ impl Condition {
 pub enum Frontend {
     Http,
     Https,
+    /// TLS passthrough, routed by server name: on the HTTPS port by the passthrough frontend,
+    /// elsewhere by a frontend of its port.
+    Tls,
+    /// Plain TCP, by a frontend of its port.
+    Tcp,
+}
+
+impl Frontend {
+    /// The route kind listeners of this protocol serve.
+    pub fn route_kind(self) -> Kind {
+        match self {
+            Frontend::Http | Frontend::Https => Kind::HttpRoute,
+            Frontend::Tls => Kind::TlsRoute,
+            Frontend::Tcp => Kind::TcpRoute,
+        }
+    }
 }
 
 /// A GatewayClass whose `controllerName` is ours.
@@ -81,6 +102,8 @@ pub struct ListenerState {
     pub hostname: Option<String>,
     /// None: not served (see the conditions).
     pub frontend: Option<Frontend>,
+    /// The port of the bind of its own the listener is served on; none: a shared frontend.
+    pub port: Option<u16>,
     /// The TLS Secrets of an HTTPS listener that resolve.
     pub certificates: Vec<Key>,
     pub attached_routes: u32,
@@ -121,7 +144,12 @@ pub struct RouteState {
 pub struct Attachments {
     pub classes: Vec<ClassState>,
     pub gateways: Vec<GatewayState>,
+    /// HTTPRoutes, oldest first.
     pub routes: Vec<RouteState>,
+    /// TLSRoutes, oldest first.
+    pub tls_routes: Vec<RouteState>,
+    /// TCPRoutes, oldest first.
+    pub tcp_routes: Vec<RouteState>,
 }
 
 fn typed<'a, T: 'a>(
@@ -139,6 +167,14 @@ fn typed<'a, T: 'a>(
 pub fn http_routes(store: &Store) -> impl Iterator<Item = (&Key, &HttpRoute)> {
     typed(store, Kind::HttpRoute, |o| match o {
         GatewayApi::HttpRoute(r) => Some(r),
+        _ => None,
+    })
+}
+
+/// The TLSRoutes or TCPRoutes (`kind`) of the store.
+pub fn l4_routes(store: &Store, kind: Kind) -> impl Iterator<Item = (&Key, &L4Route)> {
+    typed(store, kind, |o| match o {
+        GatewayApi::TlsRoute(r) | GatewayApi::TcpRoute(r) => Some(r),
         _ => None,
     })
 }
@@ -217,8 +253,8 @@ pub fn intersect(route: &str, listener: &str) -> Option<String> {
     }
 }
 
-/// Finds our GatewayClasses and Gateways, their listeners and the HTTPRoutes attached to them.
-pub fn attach(store: &Store, controller_name: &str, listen: &crate::model::Listen) -> Attachments {
+/// Finds our GatewayClasses and Gateways, their listeners and the routes attached to them.
+pub fn attach(store: &Store, controller_name: &str, ports: &ListenerPorts) -> Attachments {
     let mut out = Attachments::default();
     for (key, object) in store.gateway_api(Kind::GatewayClass) {
         let GatewayApi::GatewayClass(class) = &**object else {
@@ -238,13 +274,23 @@ pub fn attach(store: &Store, controller_name: &str, listen: &crate::model::Liste
         .collect();
     ordered.sort_by(|a, b| age_order((a.0, &a.1.metadata), (b.0, &b.1.metadata)));
     for (key, gateway) in &ordered {
-        out.gateways
-            .push(gateway_state(store, key, gateway, listen));
+        out.gateways.push(gateway_state(store, key, gateway, ports));
+    }
+    shared_ports(&mut out.gateways);
+    for g in &mut out.gateways {
+        g.conditions = gateway_conditions(&g.listeners);
     }
     let mut routes: Vec<(&Key, &HttpRoute)> = http_routes(store).collect();
     routes.sort_by(|a, b| age_order((a.0, &a.1.metadata), (b.0, &b.1.metadata)));
     for (key, route) in routes {
-        let parents = route_parents(store, key, route, &ordered, &mut out.gateways);
+        let view = RouteView {
+            key,
+            kind: Kind::HttpRoute,
+            parent_refs: &route.spec.parent_refs,
+            hostnames: &route.spec.hostnames,
+            resolved: resolved_refs(store, key, route),
+        };
+        let parents = route_parents(store, &view, &ordered, &mut out.gateways);
         if !parents.is_empty() {
             out.routes.push(RouteState {
                 key: key.clone(),
@@ -253,21 +299,82 @@ pub fn attach(store: &Store, controller_name: &str, listen: &crate::model::Liste
             });
         }
     }
+    for kind in [Kind::TlsRoute, Kind::TcpRoute] {
+        let mut routes: Vec<(&Key, &L4Route)> = l4_routes(store, kind).collect();
+        routes.sort_by(|a, b| age_order((a.0, &a.1.metadata), (b.0, &b.1.metadata)));
+        for (key, route) in routes {
+            let view = RouteView {
+                key,
+                kind,
+                parent_refs: &route.spec.parent_refs,
+                // A TCPRoute has none; one read from a newer version would not apply.
+                hostnames: if kind == Kind::TlsRoute {
+                    &route.spec.hostnames
+                } else {
+                    &[]
+                },
+                resolved: l4::resolved_refs(store, kind, key, route),
+            };
+            let parents = route_parents(store, &view, &ordered, &mut out.gateways);
+            if !parents.is_empty() {
+                let state = RouteState {
+                    key: key.clone(),
+                    generation: route.metadata.generation,
+                    parents,
+                };
+                match kind {
+                    Kind::TlsRoute => out.tls_routes.push(state),
+                    _ => out.tcp_routes.push(state),
+                }
+            }
+        }
+    }
     out
 }
 
-fn gateway_state(
-    store: &Store,
-    key: &Key,
-    gateway: &Gateway,
-    listen: &crate::model::Listen,
-) -> GatewayState {
-    let mut listeners = Vec::new();
-    for listener in &gateway.spec.listeners {
-        listeners.push(listener_state(store, key, listener, listen));
+/// Listeners of their own port, oldest Gateway first: a port goes to the first listener
+/// that claims it; later ones of the same protocol share it, those of another are refused
+/// (`Conflicted: True`, `ProtocolConflict` within one Gateway; `PortUnavailable` across).
+fn shared_ports(gateways: &mut [GatewayState]) {
+    let mut owners: BTreeMap<u16, (Frontend, Key, String)> = BTreeMap::new();
+    for g in gateways.iter_mut() {
+        for l in &mut g.listeners {
+            let (Some(frontend), Some(port)) = (l.frontend, l.port) else {
+                continue;
+            };
+            match owners.get(&port) {
+                None => {
+                    owners.insert(port, (frontend, g.key.clone(), l.name.clone()));
+                }
+                Some((f, _, _)) if *f == frontend => {}
+                Some((f, owner, name)) => {
+                    let message = format!(
+                        "port {port} is already served for {f:?} by listener {name} of Gateway {owner}"
+                    );
+                    l.frontend = None;
+                    l.port = None;
+                    l.conditions = vec![
+                        Condition::no("Accepted", "PortUnavailable", message.clone()),
+                        Condition::no("Programmed", "Invalid", message.clone()),
+                        Condition::yes("ResolvedRefs", "ResolvedRefs"),
+                    ];
+                    if *owner == g.key {
+                        l.conditions.push(Condition {
+                            kind: "Conflicted",
+                            status: true,
+                            reason: "ProtocolConflict",
+                            message,
+                        });
+                    }
+                }
+            }
+        }
     }
+}
+
+fn gateway_conditions(listeners: &[ListenerState]) -> Vec<Condition> {
     let served = listeners.iter().filter(|l| l.frontend.is_some()).count();
-    let conditions = if gateway.spec.listeners.is_empty() || served > 0 {
+    if listeners.is_empty() || served > 0 {
         vec![
             Condition::yes("Accepted", "Accepted"),
             Condition::yes("Programmed", "Programmed"),
@@ -277,7 +384,20 @@ fn gateway_state(
             Condition::no("Accepted", "ListenersNotValid", "no listener can be served"),
             Condition::no("Programmed", "Invalid", "no listener can be served"),
         ]
-    };
+    }
+}
+
+fn gateway_state(
+    store: &Store,
+    key: &Key,
+    gateway: &Gateway,
+    ports: &ListenerPorts,
+) -> GatewayState {
+    let mut listeners = Vec::new();
+    for listener in &gateway.spec.listeners {
+        listeners.push(listener_state(store, key, listener, ports));
+    }
+    let conditions = gateway_conditions(&listeners);
     GatewayState {
         key: key.clone(),
         generation: gateway.metadata.generation,
@@ -290,12 +410,13 @@ fn listener_state(
     store: &Store,
     gateway: &Key,
     listener: &Listener,
-    listen: &crate::model::Listen,
+    ports: &ListenerPorts,
 ) -> ListenerState {
     let mut state = ListenerState {
         name: listener.name.clone(),
         hostname: None,
         frontend: None,
+        port: None,
         certificates: Vec::new(),
         attached_routes: 0,
         conditions: Vec::new(),
@@ -310,37 +431,51 @@ fn listener_state(
     let frontend = match listener.protocol.as_str() {
         "HTTP" => Frontend::Http,
         "HTTPS" => Frontend::Https,
+        "TLS" => Frontend::Tls,
+        "TCP" => Frontend::Tcp,
         other => {
             refuse(
                 &mut state,
                 "UnsupportedProtocol",
-                format!("protocol {other:?} is not served (HTTP and HTTPS are)"),
+                format!("protocol {other:?} is not served (HTTP, HTTPS, TLS and TCP are)"),
             );
             return state;
         }
     };
-    let ports = match frontend {
-        Frontend::Http => (80, listen.http_port, listen.http),
-        Frontend::Https => (443, listen.https_port, listen.https),
+    // HTTP and HTTPS listeners on their protocol's shared port are served by the shared
+    // frontend; on another port, like TLS and TCP listeners, by a bind of their own.
+    let shared = match frontend {
+        Frontend::Http => ports.is_http(listener.port),
+        Frontend::Https => ports.is_https(listener.port),
+        Frontend::Tls | Frontend::Tcp => false,
     };
-    let port_ok = listener.port == i64::from(ports.0) || listener.port == i64::from(ports.1);
-    if !ports.2 || !port_ok {
+    let tls_mode = listener.tls.as_ref().and_then(|t| t.mode.as_deref());
+    if frontend == Frontend::Tls && tls_mode != Some("Passthrough") {
         refuse(
             &mut state,
-            "PortUnavailable",
+            "UnsupportedValue",
             format!(
-                "port {} is not served: {} listeners use the shared {} frontend, port {} or {}{}",
-                listener.port,
-                listener.protocol,
-                listener.protocol,
-                ports.0,
-                ports.1,
-                if ports.2 { "" } else { " (disabled by a flag)" }
+                "tls.mode {:?} is not served on a TLS listener (Passthrough is)",
+                tls_mode.unwrap_or("Terminate")
             ),
         );
         return state;
     }
-    if let Some(h) = listener.hostname.as_deref().filter(|h| !h.is_empty()) {
+    // A TLS listener on the HTTPS port shares its bind; other ports are binds of their own.
+    let own_port = if shared || (frontend == Frontend::Tls && ports.is_https(listener.port)) {
+        None
+    } else {
+        match ports.unavailable(store, listener.port) {
+            Some(why) => {
+                refuse(&mut state, "PortUnavailable", why);
+                return state;
+            }
+            None => u16::try_from(listener.port).ok(),
+        }
+    };
+    if frontend == Frontend::Tcp {
+        // A TCP listener's hostname does not apply: TCP carries no name.
+    } else if let Some(h) = listener.hostname.as_deref().filter(|h| !h.is_empty()) {
         match values::parse_host(h) {
             Ok(h) => state.hostname = Some(h),
             Err(e) => {
@@ -351,16 +486,21 @@ fn listener_state(
     }
     let mut resolved = Condition::yes("ResolvedRefs", "ResolvedRefs");
     if let Some(kinds) = listener.allowed_routes.as_ref().map(|a| &a.kinds) {
+        let served = frontend.route_kind();
         let bad: Vec<&str> = kinds
             .iter()
-            .filter(|k| !is_http_route_kind(k))
+            .filter(|k| !is_route_kind(k, served))
             .map(|k| k.kind.as_str())
             .collect();
         if !bad.is_empty() {
             resolved = Condition::no(
                 "ResolvedRefs",
                 "InvalidRouteKinds",
-                format!("route kinds {bad:?} are not served (HTTPRoute is)"),
+                format!(
+                    "route kinds {bad:?} are not served on a {} listener ({} is)",
+                    listener.protocol,
+                    served.as_str()
+                ),
             );
         }
     }
@@ -404,11 +544,12 @@ fn listener_state(
     };
     state.conditions = vec![Condition::yes("Accepted", "Accepted"), programmed, resolved];
     state.frontend = Some(frontend);
+    state.port = own_port;
     state
 }
 
-fn is_http_route_kind(k: &crate::objects::gateway::GroupKind) -> bool {
-    k.kind == "HTTPRoute" && k.group.as_deref().is_none_or(|g| g == GATEWAY_GROUP)
+fn is_route_kind(k: &crate::objects::gateway::GroupKind, kind: Kind) -> bool {
+    k.kind == kind.as_str() && k.group.as_deref().is_none_or(|g| g == GATEWAY_GROUP)
 }
 
 /// The Secret a certificate ref names, when it exists and may be referred to.
@@ -452,23 +593,31 @@ fn certificate_ref(
     }
 }
 
+/// What attaching reads of a route of any kind.
+struct RouteView<'a> {
+    key: &'a Key,
+    kind: Kind,
+    parent_refs: &'a [ObjectReference],
+    hostnames: &'a [String],
+    resolved: Condition,
+}
+
 /// The parent refs of `route` that name a Gateway of ours, each with its listeners.
 fn route_parents(
     store: &Store,
-    key: &Key,
-    route: &HttpRoute,
+    route: &RouteView<'_>,
     ordered: &[(&Key, &Gateway)],
     states: &mut [GatewayState],
 ) -> Vec<ParentState> {
+    let key = route.key;
     let mut parents = Vec::new();
     let hostnames: Vec<Result<String, String>> = route
-        .spec
         .hostnames
         .iter()
         .map(|h| values::parse_host(h))
         .collect();
-    let resolved = resolved_refs(store, key, route);
-    for (index, parent) in route.spec.parent_refs.iter().enumerate() {
+    let resolved = route.resolved.clone();
+    for (index, parent) in route.parent_refs.iter().enumerate() {
         let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
         let kind = parent.kind.as_deref().unwrap_or("Gateway");
         if group != GATEWAY_GROUP || kind != "Gateway" {
@@ -508,8 +657,10 @@ fn route_parents(
             let Some(listener_state) = states[g].listeners.get(l) else {
                 continue;
             };
-            if listener_state.frontend.is_none()
-                || !route_allowed(store, &gateway_key, key, listener)
+            if listener_state
+                .frontend
+                .is_none_or(|f| f.route_kind() != route.kind)
+                || !route_allowed(store, &gateway_key, key, route.kind, listener)
             {
                 continue;
             }
@@ -569,10 +720,16 @@ fn route_hosts(hostnames: &[Result<String, String>], listener: Option<&str>) -> 
     hosts
 }
 
-fn route_allowed(store: &Store, gateway: &Key, route: &Key, listener: &Listener) -> bool {
+fn route_allowed(
+    store: &Store,
+    gateway: &Key,
+    route: &Key,
+    kind: Kind,
+    listener: &Listener,
+) -> bool {
     let allowed = listener.allowed_routes.as_ref();
     if let Some(kinds) = allowed.map(|a| &a.kinds).filter(|k| !k.is_empty()) {
-        if !kinds.iter().any(is_http_route_kind) {
+        if !kinds.iter().any(|k| is_route_kind(k, kind)) {
             return false;
         }
     }
@@ -619,6 +776,16 @@ pub fn backend_ref(
     route: &Key,
     r: &ObjectReference,
 ) -> Result<(Key, Arc<crate::objects::Service>, i32), (&'static str, String)> {
+    backend_ref_of(store, Kind::HttpRoute, route, r)
+}
+
+/// [`backend_ref`] of a route of `kind` (the kind a ReferenceGrant must permit).
+pub fn backend_ref_of(
+    store: &Store,
+    route_kind: Kind,
+    route: &Key,
+    r: &ObjectReference,
+) -> Result<(Key, Arc<crate::objects::Service>, i32), (&'static str, String)> {
     let group = r.group.as_deref().unwrap_or("");
     let kind = r.kind.as_deref().unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
@@ -635,7 +802,7 @@ pub fn backend_ref(
     );
     if !granted(
         store,
-        "HTTPRoute",
+        route_kind.as_str(),
         &route.namespace,
         "Service",
         &key.namespace,
@@ -718,11 +885,7 @@ mod tests {
             route("a", "wrong-host", "x.example.org", "a"),
             route("a", "missing", "y.example.com", "c"),
         ]);
-        let a = attach(
-            &s,
-            DEFAULT_CONTROLLER_NAME,
-            &crate::model::Listen::default(),
-        );
+        let a = attach(&s, DEFAULT_CONTROLLER_NAME, &ListenerPorts::default());
         assert_eq!(
             reasons(&a, "ok"),
             [
@@ -748,6 +911,74 @@ mod tests {
             ok.parents[0].listeners[0].2,
             vec!["x.example.com".to_string()]
         );
+    }
+
+    #[test]
+    fn listener_ports_are_shared_by_protocol_and_refused_across() {
+        let gateway = |name: &str, age: &str, listeners: serde_json::Value| {
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": name, "namespace": "infra", "creationTimestamp": age},
+                "spec": {"gatewayClassName": "pc", "listeners": listeners}})
+        };
+        let tcp = |name: &str, port: u16| serde_json::json!({"name": name, "port": port, "protocol": "TCP"});
+        let tls = |name: &str, port: u16| {
+            serde_json::json!({"name": name, "port": port, "protocol": "TLS",
+                "tls": {"mode": "Passthrough"}})
+        };
+        let s = store(&[
+            serde_json::json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "pc"}, "spec": {"controllerName": DEFAULT_CONTROLLER_NAME}}),
+            gateway(
+                "a",
+                "2026-01-01T00:00:00Z",
+                serde_json::json!([tcp("db", 5432), tls("clash", 5432)]),
+            ),
+            gateway(
+                "b",
+                "2026-01-02T00:00:00Z",
+                serde_json::json!([tcp("db", 5432), tls("tls", 443)]),
+            ),
+            gateway(
+                "c",
+                "2026-01-03T00:00:00Z",
+                serde_json::json!([tls("late", 5432), tcp("closed", 7000)]),
+            ),
+        ]);
+        let config = crate::translate::TranslateConfig {
+            gateway_listener_ports: PortRanges::parse("5000-6000").unwrap(),
+            ..Default::default()
+        };
+        let a = attach(&s, DEFAULT_CONTROLLER_NAME, &ListenerPorts::of(&config));
+        let summary = |g: usize, l: usize| {
+            let state = &a.gateways[g].listeners[l];
+            let reasons: Vec<(&str, bool, &str)> = state
+                .conditions
+                .iter()
+                .map(|c| (c.kind, c.status, c.reason))
+                .collect();
+            (state.frontend, state.port, reasons)
+        };
+        // The oldest Gateway's TCP listener takes 5432; the younger one's shares it.
+        for g in [0, 1] {
+            let (frontend, port, reasons) = summary(g, 0);
+            assert_eq!((frontend, port), (Some(Frontend::Tcp), Some(5432)));
+            assert_eq!(reasons[0], ("Accepted", true, "Accepted"));
+        }
+        // Another protocol on the port: a conflict within the Gateway, unavailable across.
+        let (frontend, _, reasons) = summary(0, 1);
+        assert_eq!(frontend, None);
+        assert!(reasons.contains(&("Accepted", false, "PortUnavailable")));
+        assert!(reasons.contains(&("Conflicted", true, "ProtocolConflict")));
+        let (frontend, _, reasons) = summary(2, 0);
+        assert_eq!(frontend, None);
+        assert!(reasons.contains(&("Accepted", false, "PortUnavailable")));
+        assert!(!reasons.iter().any(|r| r.0 == "Conflicted"));
+        // TLS on the HTTPS port shares the passthrough frontend; outside the range: refused.
+        assert_eq!(summary(1, 1).0, Some(Frontend::Tls));
+        assert_eq!(summary(1, 1).1, None);
+        assert_eq!(summary(2, 1).0, None);
+        // Gateway c has no listener left: it is not accepted.
+        assert_eq!(a.gateways[2].conditions[0].reason, "ListenersNotValid");
     }
 
     #[test]
