@@ -344,8 +344,10 @@ impl Translator<'_> {
                     // when the rule has a backend to apply its settings in.
                     let values: Vec<String> = match &filters {
                         Some(filters) if backends.iter().any(|(v, _)| v != INVALID_BACKEND) => {
+                            // The name alone, for a listener on a port of its own too.
+                            let name = host.split_once('/').map_or(host.as_str(), |(_, n)| n);
                             let facts = BTreeMap::from([
-                                ("host", host.clone()),
+                                ("host", name.to_string()),
                                 ("path", path_fact(m, &path)),
                                 ("path_type", path_type_fact(m).to_string()),
                             ]);
