@@ -36,9 +36,6 @@ use crate::translate::backends::ResolvedPort;
 use crate::translate::routes::{Canary, INVALID_BACKEND, PathKind, RouteCandidate};
 use crate::values;
 
-/// Most a weight may be (the spec's bound).
-const MAX_WEIGHT: i64 = 1_000_000;
-
 /// (rule, match) → age rank.
 type Ranks = HashMap<(usize, usize), usize>;
 
@@ -503,20 +500,10 @@ impl Translator<'_> {
         }
         let mut out = Vec::new();
         for (j, r) in rule.backend_refs.iter().enumerate() {
-            let weight = r.weight.unwrap_or(1);
             let at = format!("{field}.backendRefs[{j}]");
-            if !(0..=MAX_WEIGHT).contains(&weight) {
-                self.diags.object(
-                    Severity::Error,
-                    object,
-                    format!("{at}.weight"),
-                    format!("{weight} is not between 0 and {MAX_WEIGHT}; backend skipped"),
-                );
+            let Some(weight) = super::served_weight(&mut self.diags, object, &at, r.weight) else {
                 continue;
-            }
-            if weight == 0 {
-                continue;
-            }
+            };
             if !r.filters.is_empty() {
                 self.diags.object(
                     Severity::Warning,

@@ -32,9 +32,6 @@ use crate::translate::Translator;
 /// The built-in TCP backend without servers: its connections are closed.
 pub const REJECT_BACKEND: &str = "portcullis_reject";
 
-/// Most a weight may be (the spec's bound).
-const MAX_WEIGHT: i64 = 1_000_000;
-
 /// How long a TLS frontend waits for the ClientHello.
 const INSPECT_DELAY: &str = "5s";
 
@@ -509,19 +506,9 @@ impl Translator<'_> {
         let mut out: Vec<(String, i64)> = Vec::new();
         for (j, r) in rule.backend_refs.iter().enumerate() {
             let at = format!("spec.rules[0].backendRefs[{j}]");
-            let weight = r.weight.unwrap_or(1);
-            if !(0..=MAX_WEIGHT).contains(&weight) {
-                self.diags.object(
-                    Severity::Error,
-                    object,
-                    format!("{at}.weight"),
-                    format!("{weight} is not between 0 and {MAX_WEIGHT}; backend skipped"),
-                );
+            let Some(weight) = super::served_weight(&mut self.diags, object, &at, r.weight) else {
                 continue;
-            }
-            if weight == 0 {
-                continue;
-            }
+            };
             let name = match backend_ref_of(self.store, object.kind, key, &r.reference) {
                 Ok((service_key, service, number)) => {
                     let port = ServiceBackendPort {

@@ -29,6 +29,30 @@ use crate::objects::gateway::{
 use crate::objects::{Key, Kind};
 use crate::store::Store;
 use crate::values;
+
+/// Most a backend ref's weight may be (the spec's bound).
+const MAX_WEIGHT: i64 = 1_000_000;
+
+/// The weight a backend ref at `at` is served with: `None` for 0 (never chosen) and for a
+/// weight outside the spec's bounds, which is reported on `<at>.weight`.
+fn served_weight(
+    diags: &mut crate::diagnostics::Diagnostics,
+    object: &crate::objects::ObjectRef,
+    at: &str,
+    weight: Option<i64>,
+) -> Option<i64> {
+    let weight = weight.unwrap_or(1);
+    if !(0..=MAX_WEIGHT).contains(&weight) {
+        diags.object(
+            crate::diagnostics::Severity::Error,
+            object,
+            format!("{at}.weight"),
+            format!("{weight} is not between 0 and {MAX_WEIGHT}; backend skipped"),
+        );
+        return None;
+    }
+    (weight > 0).then_some(weight)
+}
 pub use listeners::{ListenerPorts, PortRanges};
 
 /// `--gateway-controller-name`'s default.
