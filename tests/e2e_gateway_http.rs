@@ -10,18 +10,11 @@
 mod support;
 
 use support::{
-    APPLY_TIMEOUT, Answer, Harness, https_get, poll, self_signed, tls_secret, wait_until,
+    APPLY_TIMEOUT, Answer, GATEWAY_CLASS, Harness, https_get, poll, self_signed, tls_secret,
+    wait_until,
 };
 
 const INFRA: &str = "infra";
-
-const GATEWAY_CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: portcullis
-spec:
-  controllerName: portcullis.io/gateway-controller
-";
 
 /// The base Gateway: an HTTP listener for routes of every namespace, and one for
 /// `*.wildcard.io` taking routes of its own namespace only.

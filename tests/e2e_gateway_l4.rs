@@ -17,14 +17,6 @@ use support::*;
 
 const INFRA: &str = "infra";
 
-const GATEWAY_CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: portcullis
-spec:
-  controllerName: portcullis.io/gateway-controller
-";
-
 /// Gateway `l4` in `infra`: TLS passthrough on 443 (the HTTPS port) and on `tls_port`, TCP on
 /// `tcp_port`, each taking routes of every namespace; `extra` listeners appended as written.
 fn gateway(tls_port: u16, tcp_port: u16, extra: &str) -> String {

@@ -1415,3 +1415,12 @@ pub fn sign_with_ca(
     openssl(sign);
     (crt, key)
 }
+
+/// The GatewayClass of the Gateway API tests: ours, under the default controller name.
+pub const GATEWAY_CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: portcullis
+spec:
+  controllerName: portcullis.io/gateway-controller
+";
