@@ -27,7 +27,7 @@ use crate::model::{
     AclCondition, Cors, CorsOrigin, CrtListEntry, Redirect, RedirectPath, RouteSettings,
 };
 use crate::objects::gateway::{
-    CorsFilter, HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch,
+    CorsFilter, HeaderModifier, HttpRoute, HttpRouteFilter, HttpRouteMatch, HttpRouteRule,
 };
 use crate::objects::{Key, Kind, ObjectRef};
 use crate::policy::{HookContext, ValueSource};
@@ -35,6 +35,14 @@ use crate::translate::Translator;
 use crate::translate::backends::ResolvedPort;
 use crate::translate::routes::{Canary, INVALID_BACKEND, PathKind, RouteCandidate};
 use crate::values;
+
+/// A rule's matches; a rule without any has one that matches every request (`PathPrefix /`).
+fn rule_matches(rule: &HttpRouteRule) -> impl Iterator<Item = &HttpRouteMatch> {
+    static EVERY_REQUEST: std::sync::LazyLock<HttpRouteMatch> =
+        std::sync::LazyLock::new(HttpRouteMatch::default);
+    let every = rule.matches.is_empty().then(|| &*EVERY_REQUEST);
+    rule.matches.iter().chain(every)
+}
 
 /// (rule, match) → age rank.
 type Ranks = HashMap<(usize, usize), usize>;
@@ -311,13 +319,7 @@ impl Translator<'_> {
         for (i, rule) in route.spec.rules.iter().enumerate() {
             let field = format!("spec.rules[{i}]");
             let (filters, backends) = self.rule_backends(key, &object, rule, &field);
-            let default_match = HttpRouteMatch::default();
-            let matches: Vec<&HttpRouteMatch> = if rule.matches.is_empty() {
-                vec![&default_match]
-            } else {
-                rule.matches.iter().collect()
-            };
-            for (j, m) in matches.into_iter().enumerate() {
+            for (j, m) in rule_matches(rule).enumerate() {
                 let match_field = format!("{field}.matches[{j}]");
                 let Some((kind, path, path_regex)) = self.match_path(m, &object, &match_field)
                 else {
@@ -636,13 +638,7 @@ pub fn review(
             );
             continue;
         }
-        let default_match = HttpRouteMatch::default();
-        let matches: Vec<&HttpRouteMatch> = if rule.matches.is_empty() {
-            vec![&default_match]
-        } else {
-            rule.matches.iter().collect()
-        };
-        for (j, m) in matches.into_iter().enumerate() {
+        for (j, m) in rule_matches(rule).enumerate() {
             let field = format!("spec.rules[{i}].matches[{j}]");
             let path = match path_type_fact(m) {
                 "RegularExpression" => path_regex(
